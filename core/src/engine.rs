@@ -1,0 +1,1216 @@
+//! The allocation engine: segments, blocks, best-fit with split and coalesce,
+//! and the release policies. It knows nothing of wgpu; it drives a
+//! [`Backend`] that creates and destroys segments.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, OomInfo, Result};
+use crate::stats::{Counters, PoolReport, PoolStats, Stats};
+use crate::trace::Recorder;
+
+const NONE: u32 = u32::MAX;
+
+/// What a backend reports when it cannot create a segment.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DeviceError {
+    /// The device has no memory left for a buffer of this size.
+    #[error("the device is out of memory")]
+    OutOfMemory,
+    /// The device was lost or destroyed.
+    #[error("device lost: {0}")]
+    Lost(String),
+    /// Any other refusal, with the device's message.
+    #[error("{0}")]
+    Other(String),
+}
+
+/// How a segment is to be created.
+#[derive(Debug, Clone, Copy)]
+pub struct SegmentDesc<'a> {
+    /// Size in bytes.
+    pub size: u64,
+    /// Usage bits of the pool the segment belongs to (wgpu's `BufferUsages` bits in the binding).
+    pub usage: u32,
+    /// A label for debuggers, e.g. `vrampool storage segment 3`.
+    pub label: &'a str,
+}
+
+/// Where the engine gets device memory from: create a segment of N bytes,
+/// destroy a segment. Implemented by the simulated device and by wgpu.
+pub trait Backend {
+    /// The device object behind one segment (a `wgpu::Buffer`, or nothing).
+    type Segment;
+    /// Creates a segment, or says why not.
+    fn create_segment(&mut self, desc: &SegmentDesc<'_>) -> Result<Self::Segment, DeviceError>;
+    /// Gives a segment back to the device.
+    fn destroy_segment(&mut self, segment: Self::Segment);
+    /// Called after a batch of destroys, so the device can really free them (wgpu: poll).
+    fn flush_releases(&mut self) {}
+    /// The largest segment the device can create (wgpu: `max_buffer_size`).
+    fn max_segment_size(&self) -> u64;
+    /// Total device memory, if known; used by [`Limit::Fraction`].
+    fn capacity(&self) -> Option<u64> {
+        None
+    }
+}
+
+/// A hard cap on reserved bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub enum Limit {
+    /// At most this many bytes.
+    Bytes(u64),
+    /// At most this fraction of the capacity (given in [`Config::capacity`] or
+    /// reported by the backend), like `set_per_process_memory_fraction`.
+    Fraction(f64),
+}
+
+/// Whether the pool grows on demand or reserves memory up front.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub enum Growth {
+    /// Create segments as requests need them (TensorFlow's `set_memory_growth(True)`).
+    #[default]
+    OnDemand,
+    /// Reserve this many bytes in one segment of the default pool at start
+    /// (JAX's preallocation). The segment is pinned: trims and `empty_cache()` keep it.
+    Preallocate(u64),
+}
+
+/// How the engine places and releases memory. [`Config::default`] is the
+/// measured default; see BENCHMARKS.md.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Config {
+    /// Hard cap on reserved bytes; `None` means only the device limits.
+    pub limit: Option<Limit>,
+    /// Device capacity for [`Limit::Fraction`], overriding the backend's.
+    pub capacity: Option<u64>,
+    /// Free bytes in fully-free segments above this are released after each free
+    /// (MLX's `set_cache_limit`; 0 turns caching off).
+    pub cache_limit: Option<u64>,
+    /// Growth on demand or preallocation.
+    pub growth: Growth,
+    /// Soft headroom: without a hard limit, the pool keeps reserved bytes under
+    /// `(1 + headroom) × peak allocated` by releasing unused cached segments
+    /// before it creates a new one. `None` disables it (cache everything).
+    pub headroom: Option<f64>,
+    /// Offset alignment and size granularity of blocks (wgpu's
+    /// `min_storage_buffer_offset_alignment`, 256).
+    pub alignment: u64,
+    /// Requests up to this size are small: packed into small segments.
+    pub small_request: u64,
+    /// Size of a small segment.
+    pub small_segment: u64,
+    /// Requests up to this size (and above `small_request`) share medium segments.
+    pub medium_request: u64,
+    /// Size of a medium segment.
+    pub medium_segment: u64,
+    /// Large segments are rounded up to a multiple of this.
+    pub large_rounding: u64,
+    /// A free block is split only if the remainder is at least this big
+    /// (large class); smaller remainders stay inside the block.
+    pub min_split_remainder: u64,
+    /// A cached large block serves a request only if the request fills at least
+    /// this fraction of it: a small tensor must not pin a huge segment
+    /// (PyTorch's `max_split_size` problem).
+    pub large_fit: f64,
+    /// Largest segment the pool will create, if below the backend's limit.
+    pub max_segment_size: Option<u64>,
+    /// The pool used by [`Growth::Preallocate`].
+    pub default_usage: u32,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            limit: None,
+            capacity: None,
+            cache_limit: None,
+            growth: Growth::OnDemand,
+            headroom: Some(0.09),
+            alignment: 256,
+            small_request: 1 << 20,
+            small_segment: 2 << 20,
+            medium_request: 10 << 20,
+            medium_segment: 20 << 20,
+            large_rounding: 256,
+            min_split_remainder: 1 << 20,
+            large_fit: 0.25,
+            max_segment_size: None,
+            default_usage: 0,
+        }
+    }
+}
+
+/// What to allocate.
+#[derive(Debug, Clone, Default)]
+pub struct Request {
+    /// Bytes wanted (rounded up to [`Config::alignment`]).
+    pub size: u64,
+    /// Usage bits; blocks only come from segments of the same usage.
+    pub usage: u32,
+    /// Each block gets a whole segment of its own and is never split: for
+    /// mappable staging buffers, whose map state is per buffer.
+    pub exclusive: bool,
+    /// A label shown in snapshots and leak reports.
+    pub label: Option<Arc<str>>,
+}
+
+impl Request {
+    /// A request of `size` bytes with usage `usage`.
+    pub fn new(size: u64, usage: u32) -> Self {
+        Request {
+            size,
+            usage,
+            ..Default::default()
+        }
+    }
+}
+
+/// Handle to a live block; freeing it twice is detected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct BlockId {
+    index: u32,
+    generation: u32,
+}
+
+impl std::fmt::Display for BlockId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "#{}.{}", self.index, self.generation)
+    }
+}
+
+/// Identifies a segment while it exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct SegmentId(pub u32);
+
+/// Where a new block lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Allocation {
+    /// Handle to give back to [`Engine::free`].
+    pub id: BlockId,
+    /// The segment holding it.
+    pub segment: SegmentId,
+    /// Byte offset in the segment (a multiple of the alignment).
+    pub offset: u64,
+    /// Block size (rounded request).
+    pub size: u64,
+    /// `false` when these bytes were handed out before and may hold old data.
+    pub fresh: bool,
+}
+
+/// Size classes of segments; a request only uses segments of its class.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SegmentClass {
+    /// Packed small requests.
+    Small,
+    /// Packed medium requests.
+    Medium,
+    /// One large request (split when reused for a smaller one).
+    Large,
+    /// One exclusive block, never split.
+    Exclusive,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+enum BlockState {
+    Free,
+    Live,
+    Vacant,
+}
+
+#[derive(Debug, Clone)]
+struct Block {
+    seg: u32,
+    offset: u64,
+    size: u64,
+    prev: u32,
+    next: u32,
+    state: BlockState,
+    generation: u32,
+    requested: u64,
+    dirty: bool,
+    label: Option<Arc<str>>,
+}
+
+struct Segment<S> {
+    payload: S,
+    size: u64,
+    pool: u16,
+    class: SegmentClass,
+    first: u32,
+    live: u32,
+    last_used: u64,
+    address: u64,
+    pinned: bool,
+}
+
+struct Pool {
+    usage: u32,
+    exclusive: bool,
+    name: String,
+    /// Free blocks by (class, size, index): best fit is the first at or above the request.
+    free: BTreeSet<(u8, u64, u32)>,
+    stats: PoolStats,
+}
+
+/// The state of one block in a [`Snapshot`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SnapshotState {
+    /// Handed out.
+    Live,
+    /// Cached, ready for reuse.
+    Free,
+}
+
+/// One block in a [`Snapshot`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotBlock {
+    /// Offset in its segment.
+    pub offset: u64,
+    /// Size in bytes.
+    pub size: u64,
+    /// Bytes asked for (0 for free blocks).
+    pub requested: u64,
+    /// Live or free.
+    pub state: SnapshotState,
+    /// The allocation's label.
+    pub label: Option<String>,
+}
+
+/// One segment in a [`Snapshot`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotSegment {
+    /// Segment id.
+    pub id: u32,
+    /// Pool name.
+    pub pool: String,
+    /// Usage bits.
+    pub usage: u32,
+    /// Size class.
+    pub class: SegmentClass,
+    /// Size in bytes.
+    pub size: u64,
+    /// The address used in recorded traces.
+    pub address: u64,
+    /// Pinned by preallocation.
+    pub pinned: bool,
+    /// Blocks in offset order; they tile the segment.
+    pub blocks: Vec<SnapshotBlock>,
+}
+
+/// Segments → blocks, like `torch.cuda.memory_snapshot()`. Serialisable.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Snapshot {
+    /// Every segment.
+    pub segments: Vec<SnapshotSegment>,
+}
+
+/// A block still live when the pool was dropped or checked.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Leak {
+    /// Size in bytes.
+    pub size: u64,
+    /// Pool name.
+    pub pool: String,
+    /// The allocation's label, if it had one.
+    pub label: Option<String>,
+}
+
+/// An observer called with the pool's state whenever a request fails for lack of memory.
+pub type OomObserver = Box<dyn Fn(&OomInfo) + Send + Sync>;
+
+/// The allocation engine over a [`Backend`].
+///
+/// ```
+/// use vrampool::{Engine, Config, Request, SimulatedDevice};
+/// let mut engine = Engine::new(SimulatedDevice::new(1 << 30), Config::default())?;
+/// let a = engine.allocate(Request::new(4096, 0))?;
+/// engine.free(a.id)?;
+/// let b = engine.allocate(Request::new(4096, 0))?; // served from the cache
+/// assert_eq!(engine.stats().counters.cache_hits, 1);
+/// engine.free(b.id)?;
+/// assert!(engine.empty_cache() > 0);
+/// assert_eq!(engine.stats().total.reserved_bytes.current, 0);
+/// # Ok::<(), vrampool::Error>(())
+/// ```
+pub struct Engine<B: Backend> {
+    backend: B,
+    config: Config,
+    limit: Option<u64>,
+    max_segment: u64,
+    blocks: Vec<Block>,
+    vacant_blocks: Vec<u32>,
+    segments: Vec<Option<Segment<B::Segment>>>,
+    vacant_segments: Vec<u32>,
+    pools: Vec<Pool>,
+    total: PoolStats,
+    counters: Counters,
+    tick: u64,
+    next_address: u64,
+    recorder: Option<Recorder>,
+    observers: Vec<OomObserver>,
+    lost: Option<String>,
+}
+
+fn round_up(x: u64, to: u64) -> u64 {
+    x.div_ceil(to) * to
+}
+
+fn class_code(c: SegmentClass) -> u8 {
+    match c {
+        SegmentClass::Small => 0,
+        SegmentClass::Medium => 1,
+        SegmentClass::Large => 2,
+        SegmentClass::Exclusive => 3,
+    }
+}
+
+impl<B: Backend> Engine<B> {
+    /// Makes an engine over `backend`; preallocates if the config asks.
+    pub fn new(backend: B, config: Config) -> Result<Self> {
+        if config.alignment == 0 || !config.alignment.is_power_of_two() {
+            return Err(Error::Config(format!(
+                "alignment must be a power of two, got {}",
+                config.alignment
+            )));
+        }
+        let max_segment = config
+            .max_segment_size
+            .map_or(backend.max_segment_size(), |m| {
+                m.min(backend.max_segment_size())
+            });
+        let mut e = Engine {
+            backend,
+            config,
+            limit: None,
+            max_segment,
+            blocks: Vec::new(),
+            vacant_blocks: Vec::new(),
+            segments: Vec::new(),
+            vacant_segments: Vec::new(),
+            pools: Vec::new(),
+            total: PoolStats::default(),
+            counters: Counters::default(),
+            tick: 0,
+            next_address: 0x7f00_0000_0000,
+            recorder: None,
+            observers: Vec::new(),
+            lost: None,
+        };
+        e.limit = e.resolve_limit(e.config.limit)?;
+        if let Growth::Preallocate(bytes) = e.config.growth {
+            e.preallocate(bytes)?;
+        }
+        Ok(e)
+    }
+
+    fn resolve_limit(&self, limit: Option<Limit>) -> Result<Option<u64>> {
+        Ok(match limit {
+            None => None,
+            Some(Limit::Bytes(b)) => Some(b),
+            Some(Limit::Fraction(f)) => {
+                if !(f > 0.0 && f.is_finite()) {
+                    return Err(Error::Config(format!(
+                        "a memory fraction must be positive, got {f}"
+                    )));
+                }
+                let cap = self.config.capacity.or(self.backend.capacity()).ok_or_else(|| {
+                    Error::Config(
+                        "a fraction limit needs the device capacity: set Config::capacity (the device does not report it)"
+                            .into(),
+                    )
+                })?;
+                Some((cap as f64 * f) as u64)
+            }
+        })
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    /// The backend, mutably.
+    pub fn backend_mut(&mut self) -> &mut B {
+        &mut self.backend
+    }
+
+    /// Sets or clears the hard limit. Cached memory above a lower limit is
+    /// released at once; live memory is never touched.
+    pub fn set_limit(&mut self, limit: Option<Limit>) -> Result<()> {
+        self.limit = self.resolve_limit(limit)?;
+        self.config.limit = limit;
+        if let Some(l) = self.limit {
+            self.release_until(|e| e.total.reserved_bytes.current <= l);
+        }
+        Ok(())
+    }
+
+    /// The hard limit in bytes.
+    pub fn limit(&self) -> Option<u64> {
+        self.limit
+    }
+
+    /// Sets the cache limit and trims to it.
+    pub fn set_cache_limit(&mut self, cache_limit: Option<u64>) {
+        self.config.cache_limit = cache_limit;
+        self.trim_cache();
+    }
+
+    /// Sets the soft headroom (see [`Config::headroom`]).
+    pub fn set_headroom(&mut self, headroom: Option<f64>) {
+        self.config.headroom = headroom;
+    }
+
+    /// Registers an observer called on every out-of-memory, after the cache
+    /// was released and the request still failed.
+    pub fn add_oom_observer(&mut self, f: OomObserver) {
+        self.observers.push(f);
+    }
+
+    /// Starts recording every allocate and free as RMM CSV log lines.
+    pub fn start_recording(&mut self) {
+        self.recorder = Some(Recorder::new());
+    }
+
+    /// Stops recording and returns the log (header included), if recording.
+    pub fn take_recording(&mut self) -> Option<String> {
+        self.recorder.take().map(Recorder::finish)
+    }
+
+    /// Marks the device lost: every later allocation fails with [`Error::DeviceLost`].
+    pub fn mark_lost(&mut self, why: impl Into<String>) {
+        self.lost = Some(why.into());
+    }
+
+    fn pool_index(&mut self, usage: u32, exclusive: bool, name: impl FnOnce() -> String) -> u16 {
+        if let Some(i) = self
+            .pools
+            .iter()
+            .position(|p| p.usage == usage && p.exclusive == exclusive)
+        {
+            return i as u16;
+        }
+        self.pools.push(Pool {
+            usage,
+            exclusive,
+            name: name(),
+            free: BTreeSet::new(),
+            stats: PoolStats::default(),
+        });
+        (self.pools.len() - 1) as u16
+    }
+
+    /// Names a pool (for summaries); creates it if needed.
+    pub fn name_pool(&mut self, usage: u32, exclusive: bool, name: &str) {
+        let i = self.pool_index(usage, exclusive, || name.to_string()) as usize;
+        self.pools[i].name = name.to_string();
+    }
+
+    fn class_of(&self, rounded: u64, exclusive: bool) -> SegmentClass {
+        if exclusive {
+            SegmentClass::Exclusive
+        } else if rounded <= self.config.small_request {
+            SegmentClass::Small
+        } else if rounded <= self.config.medium_request {
+            SegmentClass::Medium
+        } else {
+            SegmentClass::Large
+        }
+    }
+
+    fn segment_size(&self, rounded: u64, class: SegmentClass) -> u64 {
+        let s = match class {
+            SegmentClass::Small => self.config.small_segment.max(rounded),
+            SegmentClass::Medium => self.config.medium_segment.max(rounded),
+            SegmentClass::Large => round_up(rounded, self.config.large_rounding.max(1)),
+            SegmentClass::Exclusive => rounded,
+        };
+        s.min(self.max_segment).max(rounded)
+    }
+
+    /// Allocates a block.
+    pub fn allocate(&mut self, req: Request) -> Result<Allocation> {
+        if let Some(why) = &self.lost {
+            return Err(Error::DeviceLost(why.clone()));
+        }
+        if req.size == 0 {
+            return Err(Error::ZeroSize);
+        }
+        let rounded = req
+            .size
+            .checked_add(self.config.alignment - 1)
+            .map(|x| x & !(self.config.alignment - 1))
+            .filter(|&r| r <= self.max_segment)
+            .ok_or(Error::TooLarge {
+                requested: req.size,
+                max_buffer_size: self.max_segment,
+            })?;
+        let pool = self.pool_index(req.usage, req.exclusive, || {
+            format!(
+                "{}{:#x}",
+                if req.exclusive { "exclusive " } else { "usage " },
+                req.usage
+            )
+        });
+        let class = self.class_of(rounded, req.exclusive);
+        self.tick += 1;
+        if let Some(b) = self.find_free(pool, class, rounded) {
+            self.counters.cache_hits += 1;
+            return Ok(self.take_block(b, rounded, req));
+        }
+        self.counters.cache_misses += 1;
+        let seg = self.new_segment(pool, class, rounded)?;
+        let b = self.segments[seg as usize].as_ref().unwrap().first;
+        Ok(self.take_block(b, rounded, req))
+    }
+
+    fn find_free(&self, pool: u16, class: SegmentClass, rounded: u64) -> Option<u32> {
+        let p = &self.pools[pool as usize];
+        let c = class_code(class);
+        let &(_, size, idx) = p.free.range((c, rounded, 0)..(c + 1, 0, 0)).next()?;
+        let too_big = match class {
+            SegmentClass::Exclusive => size > rounded + rounded / 4,
+            SegmentClass::Large => (rounded as f64) < size as f64 * self.config.large_fit,
+            _ => false,
+        };
+        if too_big {
+            return None;
+        }
+        Some(idx)
+    }
+
+    /// Creates a segment for a request, releasing cached memory as the limits require.
+    fn new_segment(&mut self, pool: u16, class: SegmentClass, rounded: u64) -> Result<u32> {
+        let mut size = self.segment_size(rounded, class);
+        let mut retried = false;
+        // Hard limit: release cached segments, then shrink the segment to the request.
+        if let Some(limit) = self.limit {
+            if self.total.reserved_bytes.current + size > limit {
+                if self.total.reserved_bytes.current + rounded <= limit {
+                    size = self.fit(size, rounded, limit);
+                } else {
+                    self.counters.alloc_retries += 1;
+                    retried = true;
+                    self.release_until(|e| e.total.reserved_bytes.current + rounded <= limit);
+                    if self.total.reserved_bytes.current + rounded > limit {
+                        return Err(self.oom(rounded, false));
+                    }
+                    size = self.fit(size, rounded, limit);
+                }
+            }
+        }
+        // Soft headroom: keep reserved within (1 + h) × peak allocated.
+        if let Some(h) = self.config.headroom {
+            let peak = self
+                .total
+                .allocated_bytes
+                .peak
+                .max(self.total.allocated_bytes.current + rounded);
+            let target = (peak as f64 * (1.0 + h)) as u64;
+            if self.total.reserved_bytes.current + size > target {
+                if size > rounded && self.total.reserved_bytes.current + rounded <= target {
+                    size = self.fit(size, rounded, target);
+                } else {
+                    self.release_until(|e| e.total.reserved_bytes.current + size <= target);
+                }
+            }
+        }
+        loop {
+            let label = format!(
+                "vrampool {} segment {}",
+                self.pools[pool as usize].name, self.counters.device_allocs
+            );
+            match self.backend.create_segment(&SegmentDesc {
+                size,
+                usage: self.pools[pool as usize].usage,
+                label: &label,
+            }) {
+                Ok(payload) => return Ok(self.insert_segment(payload, pool, class, size)),
+                Err(DeviceError::OutOfMemory) if !retried => {
+                    self.counters.alloc_retries += 1;
+                    retried = true;
+                    self.release_until(|_| false);
+                    size = rounded;
+                }
+                Err(DeviceError::OutOfMemory) if size > rounded => size = rounded,
+                Err(DeviceError::OutOfMemory) => return Err(self.oom(rounded, true)),
+                Err(DeviceError::Lost(why)) => {
+                    self.lost = Some(why.clone());
+                    return Err(Error::DeviceLost(why));
+                }
+                Err(DeviceError::Other(m)) => return Err(Error::Device(m)),
+            }
+        }
+    }
+
+    /// The largest aligned segment size in `rounded..=size` that keeps reserved under `cap`.
+    fn fit(&self, size: u64, rounded: u64, cap: u64) -> u64 {
+        let room = cap.saturating_sub(self.total.reserved_bytes.current) & !(self.config.alignment - 1);
+        room.min(size).max(rounded)
+    }
+
+    fn oom(&mut self, rounded: u64, device_refused: bool) -> Error {
+        self.counters.ooms += 1;
+        let info = OomInfo {
+            requested: rounded,
+            allocated: self.total.allocated_bytes.current,
+            reserved: self.total.reserved_bytes.current,
+            cached: self.total.cached_bytes.current,
+            limit: self.limit,
+            device_refused,
+        };
+        for o in &self.observers {
+            o(&info);
+        }
+        Error::OutOfMemory(info)
+    }
+
+    fn new_block(&mut self, b: Block) -> u32 {
+        if let Some(i) = self.vacant_blocks.pop() {
+            let generation = self.blocks[i as usize].generation;
+            self.blocks[i as usize] = Block { generation, ..b };
+            i
+        } else {
+            self.blocks.push(b);
+            (self.blocks.len() - 1) as u32
+        }
+    }
+
+    fn insert_segment(&mut self, payload: B::Segment, pool: u16, class: SegmentClass, size: u64) -> u32 {
+        self.counters.device_allocs += 1;
+        let address = self.next_address;
+        self.next_address += round_up(size, 2 << 20);
+        let seg_index = match self.vacant_segments.pop() {
+            Some(i) => i,
+            None => {
+                self.segments.push(None);
+                (self.segments.len() - 1) as u32
+            }
+        };
+        let b = self.new_block(Block {
+            seg: seg_index,
+            offset: 0,
+            size,
+            prev: NONE,
+            next: NONE,
+            state: BlockState::Free,
+            generation: 0,
+            requested: 0,
+            dirty: false,
+            label: None,
+        });
+        self.segments[seg_index as usize] = Some(Segment {
+            payload,
+            size,
+            pool,
+            class,
+            first: b,
+            live: 0,
+            last_used: self.tick,
+            address,
+            pinned: false,
+        });
+        for st in [&mut self.total, &mut self.pools[pool as usize].stats] {
+            st.reserved_bytes.add(size);
+            st.cached_bytes.add(size);
+            st.segments.add(1);
+            st.free_blocks.add(1);
+        }
+        self.pools[pool as usize]
+            .free
+            .insert((class_code(class), size, b));
+        seg_index
+    }
+
+    /// Hands out free block `b` for `rounded` bytes, splitting off the rest.
+    fn take_block(&mut self, b: u32, rounded: u64, req: Request) -> Allocation {
+        let (seg, size, offset) = {
+            let blk = &self.blocks[b as usize];
+            (blk.seg, blk.size, blk.offset)
+        };
+        let (pool, class) = {
+            let s = self.segments[seg as usize].as_ref().unwrap();
+            (s.pool, s.class)
+        };
+        let pi = pool as usize;
+        let cc = class_code(class);
+        self.pools[pi].free.remove(&(cc, size, b));
+        let remainder = size - rounded;
+        let split = match class {
+            SegmentClass::Exclusive => false,
+            SegmentClass::Large => remainder >= self.config.min_split_remainder,
+            _ => remainder >= self.config.alignment,
+        };
+        let block_size = if split {
+            let next = self.blocks[b as usize].next;
+            let dirty = self.blocks[b as usize].dirty;
+            let r = self.new_block(Block {
+                seg,
+                offset: offset + rounded,
+                size: remainder,
+                prev: b,
+                next,
+                state: BlockState::Free,
+                generation: 0,
+                requested: 0,
+                dirty,
+                label: None,
+            });
+            if next != NONE {
+                self.blocks[next as usize].prev = r;
+            }
+            self.blocks[b as usize].next = r;
+            self.blocks[b as usize].size = rounded;
+            self.pools[pi].free.insert((cc, remainder, r));
+            rounded
+        } else {
+            for st in [&mut self.total, &mut self.pools[pi].stats] {
+                st.free_blocks.sub(1);
+            }
+            size
+        };
+        let blk = &mut self.blocks[b as usize];
+        blk.state = BlockState::Live;
+        blk.requested = req.size;
+        blk.label = req.label;
+        let fresh = !blk.dirty;
+        blk.dirty = true;
+        let generation = blk.generation;
+        let segm = self.segments[seg as usize].as_mut().unwrap();
+        segm.live += 1;
+        let address = segm.address + offset;
+        for st in [&mut self.total, &mut self.pools[pi].stats] {
+            st.allocated_bytes.add(block_size);
+            st.requested_bytes.add(req.size);
+            st.cached_bytes.sub(block_size);
+            st.allocations.add(1);
+        }
+        self.counters.allocs += 1;
+        if let Some(r) = &mut self.recorder {
+            r.record(true, address, req.size);
+        }
+        Allocation {
+            id: BlockId {
+                index: b,
+                generation,
+            },
+            segment: SegmentId(seg),
+            offset,
+            size: block_size,
+            fresh,
+        }
+    }
+
+    fn live_block(&self, id: BlockId) -> Result<&Block> {
+        match self.blocks.get(id.index as usize) {
+            Some(b) if b.generation == id.generation && b.state == BlockState::Live => Ok(b),
+            _ => Err(Error::UnknownBlock(id.to_string())),
+        }
+    }
+
+    /// The segment payload (e.g. the `wgpu::Buffer`) of a segment.
+    pub fn segment_payload(&self, seg: SegmentId) -> Option<&B::Segment> {
+        self.segments
+            .get(seg.0 as usize)?
+            .as_ref()
+            .map(|s| &s.payload)
+    }
+
+    /// Returns a block to the cache, coalescing it with free neighbours.
+    pub fn free(&mut self, id: BlockId) -> Result<()> {
+        let blk = self.live_block(id)?;
+        let (seg, size, requested) = (blk.seg, blk.size, blk.requested);
+        let b = id.index;
+        let (pool, class, address) = {
+            let s = self.segments[seg as usize].as_mut().unwrap();
+            s.live -= 1;
+            s.last_used = self.tick;
+            (s.pool, s.class, s.address + self.blocks[b as usize].offset)
+        };
+        let pi = pool as usize;
+        let cc = class_code(class);
+        {
+            let blk = &mut self.blocks[b as usize];
+            blk.state = BlockState::Free;
+            blk.label = None;
+            blk.requested = 0;
+            blk.generation = blk.generation.wrapping_add(1);
+        }
+        for st in [&mut self.total, &mut self.pools[pi].stats] {
+            st.allocated_bytes.sub(size);
+            st.requested_bytes.sub(requested);
+            st.cached_bytes.add(size);
+            st.allocations.sub(1);
+            st.free_blocks.add(1);
+        }
+        self.counters.frees += 1;
+        if let Some(r) = &mut self.recorder {
+            r.record(false, address, requested);
+        }
+        // Coalesce with the next, then the previous neighbour.
+        let mut cur = b;
+        let next = self.blocks[cur as usize].next;
+        if next != NONE && self.blocks[next as usize].state == BlockState::Free {
+            self.merge(cur, next, pi, cc);
+        }
+        let prev = self.blocks[cur as usize].prev;
+        if prev != NONE && self.blocks[prev as usize].state == BlockState::Free {
+            self.merge(prev, cur, pi, cc);
+            cur = prev;
+        }
+        let sz = self.blocks[cur as usize].size;
+        self.pools[pi].free.insert((cc, sz, cur));
+        self.trim_cache();
+        Ok(())
+    }
+
+    /// Merges free block `b` (right neighbour of `a`) into `a`. `b` must not be
+    /// in the free set under its own key when it is the block being freed; `a`
+    /// is removed from the set if present.
+    fn merge(&mut self, a: u32, b: u32, pi: usize, cc: u8) {
+        let (asz, bsz) = (self.blocks[a as usize].size, self.blocks[b as usize].size);
+        self.pools[pi].free.remove(&(cc, asz, a));
+        self.pools[pi].free.remove(&(cc, bsz, b));
+        let bnext = self.blocks[b as usize].next;
+        let bdirty = self.blocks[b as usize].dirty;
+        let blk = &mut self.blocks[a as usize];
+        blk.size += bsz;
+        blk.next = bnext;
+        blk.dirty |= bdirty;
+        if bnext != NONE {
+            self.blocks[bnext as usize].prev = a;
+        }
+        let vb = &mut self.blocks[b as usize];
+        vb.state = BlockState::Vacant;
+        vb.generation = vb.generation.wrapping_add(1);
+        self.vacant_blocks.push(b);
+        for st in [&mut self.total, &mut self.pools[pi].stats] {
+            st.free_blocks.sub(1);
+        }
+    }
+
+    fn trim_cache(&mut self) {
+        if let Some(cl) = self.config.cache_limit {
+            if self.total.cached_bytes.current > cl {
+                self.release_until(|e| e.total.cached_bytes.current <= cl);
+            }
+        }
+    }
+
+    /// Releases fully-free, unpinned segments, least recently used first,
+    /// until `done` holds. Returns the bytes released.
+    fn release_until(&mut self, done: impl Fn(&Self) -> bool) -> u64 {
+        if done(self) {
+            return 0;
+        }
+        let mut candidates: Vec<(u64, u32)> = self
+            .segments
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| match s {
+                Some(s) if s.live == 0 && !s.pinned => Some((s.last_used, i as u32)),
+                _ => None,
+            })
+            .collect();
+        candidates.sort_unstable();
+        let mut released = 0;
+        for (_, i) in candidates {
+            if done(self) {
+                break;
+            }
+            released += self.destroy_segment(i);
+        }
+        if released > 0 {
+            self.backend.flush_releases();
+        }
+        released
+    }
+
+    fn destroy_segment(&mut self, i: u32) -> u64 {
+        let s = self.segments[i as usize].take().unwrap();
+        debug_assert_eq!(s.live, 0);
+        let b = s.first;
+        debug_assert_eq!(self.blocks[b as usize].size, s.size);
+        let cc = class_code(s.class);
+        let pi = s.pool as usize;
+        self.pools[pi].free.remove(&(cc, s.size, b));
+        let vb = &mut self.blocks[b as usize];
+        vb.state = BlockState::Vacant;
+        vb.generation = vb.generation.wrapping_add(1);
+        self.vacant_blocks.push(b);
+        self.vacant_segments.push(i);
+        for st in [&mut self.total, &mut self.pools[pi].stats] {
+            st.reserved_bytes.sub(s.size);
+            st.cached_bytes.sub(s.size);
+            st.segments.sub(1);
+            st.free_blocks.sub(1);
+        }
+        self.counters.device_frees += 1;
+        self.counters.bytes_released += s.size;
+        self.backend.destroy_segment(s.payload);
+        s.size
+    }
+
+    /// Releases every cached segment that holds no live block (pinned
+    /// preallocations excepted) back to the device, like
+    /// `torch.cuda.empty_cache()`. Never touches live blocks. Returns the bytes released.
+    pub fn empty_cache(&mut self) -> u64 {
+        let r = self.release_until(|_| false);
+        self.counters.last_empty_cache_bytes = r;
+        r
+    }
+
+    /// Reserves `bytes` in one pinned segment of the default pool.
+    pub fn preallocate(&mut self, bytes: u64) -> Result<()> {
+        if bytes == 0 {
+            return Ok(());
+        }
+        if bytes > self.max_segment {
+            return Err(Error::TooLarge {
+                requested: bytes,
+                max_buffer_size: self.max_segment,
+            });
+        }
+        let usage = self.config.default_usage;
+        let pool = self.pool_index(usage, false, || format!("usage {usage:#x}"));
+        let size = round_up(bytes, self.config.alignment);
+        let payload = self
+            .backend
+            .create_segment(&SegmentDesc {
+                size,
+                usage,
+                label: "vrampool preallocated segment",
+            })
+            .map_err(|e| match e {
+                DeviceError::OutOfMemory => Error::OutOfMemory(OomInfo {
+                    requested: size,
+                    allocated: 0,
+                    reserved: self.total.reserved_bytes.current,
+                    cached: self.total.cached_bytes.current,
+                    limit: self.limit,
+                    device_refused: true,
+                }),
+                DeviceError::Lost(w) => Error::DeviceLost(w),
+                DeviceError::Other(m) => Error::Device(m),
+            })?;
+        let s = self.insert_segment(payload, pool, SegmentClass::Large, size);
+        self.segments[s as usize].as_mut().unwrap().pinned = true;
+        Ok(())
+    }
+
+    /// Figures for all pools, current and peak, and event counters.
+    pub fn stats(&self) -> Stats {
+        let largest_free_block = self
+            .pools
+            .iter()
+            .filter_map(|p| p.free.iter().map(|&(_, s, _)| s).max())
+            .max()
+            .unwrap_or(0);
+        let releasable_bytes = self
+            .segments
+            .iter()
+            .flatten()
+            .filter(|s| s.live == 0 && !s.pinned)
+            .map(|s| s.size)
+            .sum();
+        Stats {
+            total: self.total,
+            pools: self
+                .pools
+                .iter()
+                .map(|p| PoolReport {
+                    name: p.name.clone(),
+                    usage: p.usage,
+                    stats: p.stats,
+                })
+                .collect(),
+            counters: self.counters,
+            largest_free_block,
+            releasable_bytes,
+            limit: self.limit,
+        }
+    }
+
+    /// Resets all peaks to current values, like `torch.cuda.reset_peak_memory_stats()`.
+    pub fn reset_peak_stats(&mut self) {
+        self.total.reset_peak();
+        for p in &mut self.pools {
+            p.stats.reset_peak();
+        }
+    }
+
+    /// The `memory_summary()` table.
+    pub fn memory_summary(&self) -> String {
+        self.stats().summary()
+    }
+
+    /// Every segment and its blocks.
+    pub fn snapshot(&self) -> Snapshot {
+        let mut segments = Vec::new();
+        for (i, s) in self.segments.iter().enumerate() {
+            let Some(s) = s else { continue };
+            let mut blocks = Vec::new();
+            let mut b = s.first;
+            while b != NONE {
+                let blk = &self.blocks[b as usize];
+                blocks.push(SnapshotBlock {
+                    offset: blk.offset,
+                    size: blk.size,
+                    requested: blk.requested,
+                    state: if blk.state == BlockState::Live {
+                        SnapshotState::Live
+                    } else {
+                        SnapshotState::Free
+                    },
+                    label: blk.label.as_deref().map(str::to_string),
+                });
+                b = blk.next;
+            }
+            let p = &self.pools[s.pool as usize];
+            segments.push(SnapshotSegment {
+                id: i as u32,
+                pool: p.name.clone(),
+                usage: p.usage,
+                class: s.class,
+                size: s.size,
+                address: s.address,
+                pinned: s.pinned,
+                blocks,
+            });
+        }
+        Snapshot { segments }
+    }
+
+    /// Blocks still live, with their labels: the leak report.
+    pub fn leaks(&self) -> Vec<Leak> {
+        self.blocks
+            .iter()
+            .filter(|b| b.state == BlockState::Live)
+            .map(|b| Leak {
+                size: b.size,
+                pool: self.pools[self.segments[b.seg as usize].as_ref().unwrap().pool as usize]
+                    .name
+                    .clone(),
+                label: b.label.as_deref().map(str::to_string),
+            })
+            .collect()
+    }
+
+    /// Checks every invariant of the engine; returns a description of the first
+    /// one broken. Used by tests; O(blocks).
+    pub fn check_invariants(&self) -> std::result::Result<(), String> {
+        let mut total = (0u64, 0u64, 0u64, 0u64, 0u64);
+        let mut free_in_sets = 0usize;
+        for p in &self.pools {
+            free_in_sets += p.free.len();
+        }
+        let mut free_blocks = 0usize;
+        for (i, s) in self.segments.iter().enumerate() {
+            let Some(s) = s else { continue };
+            let mut b = s.first;
+            let mut off = 0;
+            let mut prev = NONE;
+            let mut live = 0;
+            let mut prev_free = false;
+            while b != NONE {
+                let blk = &self.blocks[b as usize];
+                if blk.seg != i as u32 {
+                    return Err(format!("block {b} in segment {i} says segment {}", blk.seg));
+                }
+                if blk.offset != off {
+                    return Err(format!("segment {i}: gap or overlap at offset {off} (block at {})", blk.offset));
+                }
+                if blk.prev != prev {
+                    return Err(format!("segment {i}: broken prev link at block {b}"));
+                }
+                if blk.offset % self.config.alignment != 0 {
+                    return Err(format!("block {b} offset {} not aligned", blk.offset));
+                }
+                match blk.state {
+                    BlockState::Live => {
+                        live += 1;
+                        total.0 += blk.size;
+                        total.1 += blk.requested;
+                        prev_free = false;
+                    }
+                    BlockState::Free => {
+                        if prev_free {
+                            return Err(format!("segment {i}: two adjacent free blocks at offset {off}"));
+                        }
+                        let key = (class_code(s.class), blk.size, b);
+                        if !self.pools[s.pool as usize].free.contains(&key) {
+                            return Err(format!("free block {b} missing from the free index"));
+                        }
+                        free_blocks += 1;
+                        prev_free = true;
+                    }
+                    BlockState::Vacant => return Err(format!("vacant block {b} linked in segment {i}")),
+                }
+                off += blk.size;
+                prev = b;
+                b = blk.next;
+            }
+            if off != s.size {
+                return Err(format!("segment {i}: blocks cover {off} of {} bytes", s.size));
+            }
+            if live != s.live {
+                return Err(format!("segment {i}: live count {} but {live} live blocks", s.live));
+            }
+            total.2 += s.size;
+            total.3 += 1;
+            total.4 += live as u64;
+        }
+        if free_blocks != free_in_sets {
+            return Err(format!("{free_in_sets} entries in free index, {free_blocks} free blocks"));
+        }
+        let t = &self.total;
+        let checks = [
+            ("allocated", t.allocated_bytes.current, total.0),
+            ("requested", t.requested_bytes.current, total.1),
+            ("reserved", t.reserved_bytes.current, total.2),
+            ("segments", t.segments.current, total.3),
+            ("allocations", t.allocations.current, total.4),
+            ("free blocks", t.free_blocks.current, free_blocks as u64),
+            ("cached", t.cached_bytes.current, total.2 - total.0),
+        ];
+        for (name, stat, recount) in checks {
+            if stat != recount {
+                return Err(format!("{name}: stats say {stat}, recount says {recount}"));
+            }
+        }
+        if let Some(l) = self.limit {
+            if t.reserved_bytes.peak > l && self.config.growth == Growth::OnDemand {
+                return Err(format!("reserved peaked at {} above the limit {l}", t.reserved_bytes.peak));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl<B: Backend> Drop for Engine<B> {
+    fn drop(&mut self) {
+        let leaks = self.leaks();
+        if !leaks.is_empty() {
+            let bytes: u64 = leaks.iter().map(|l| l.size).sum();
+            tracing::warn!(
+                blocks = leaks.len(),
+                bytes,
+                "vrampool dropped with live blocks: {}",
+                leaks
+                    .iter()
+                    .take(16)
+                    .map(|l| format!("{} ({})", l.label.as_deref().unwrap_or("unlabelled"), crate::fmt_bytes(l.size)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+    }
+}

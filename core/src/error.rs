@@ -1,0 +1,90 @@
+//! Errors are values with messages a user can act on: what was asked, what was
+//! available, and what to try.
+
+use crate::fmt_bytes;
+
+/// The state of the pool at the moment an allocation failed, carried by
+/// [`Error::OutOfMemory`] so callers (and OOM observers) can act on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct OomInfo {
+    /// Bytes the caller asked for.
+    pub requested: u64,
+    /// Bytes handed out to live blocks (after rounding).
+    pub allocated: u64,
+    /// Bytes held in device segments.
+    pub reserved: u64,
+    /// Reserved bytes not handed out (free space inside segments).
+    pub cached: u64,
+    /// The hard limit in force, if any.
+    pub limit: Option<u64>,
+    /// `true` when the device itself refused the segment, `false` when the
+    /// pool's own limit did.
+    pub device_refused: bool,
+}
+
+/// Everything that can go wrong in vrampool.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The request could not be served even after the cache was released.
+    #[error(
+        "out of memory: tried to allocate {req}; {alloc} allocated, {res} reserved ({cached} cached, not releasable), limit {limit}{who}. \
+         Drop live buffers you no longer need, call empty_cache(), raise the limit, or use smaller batches",
+        req = fmt_bytes(.0.requested),
+        alloc = fmt_bytes(.0.allocated),
+        res = fmt_bytes(.0.reserved),
+        cached = fmt_bytes(.0.cached),
+        limit = .0.limit.map(fmt_bytes).unwrap_or_else(|| "none".into()),
+        who = if .0.device_refused { "; the device refused the segment" } else { "" }
+    )]
+    OutOfMemory(OomInfo),
+
+    /// A single request is larger than one device buffer can be.
+    #[error(
+        "cannot allocate {req}: larger than the device's max_buffer_size of {max}. \
+         Split the tensor, or request a device with a higher max_buffer_size limit",
+        req = fmt_bytes(*.requested),
+        max = fmt_bytes(*.max_buffer_size)
+    )]
+    TooLarge {
+        /// Bytes asked for.
+        requested: u64,
+        /// The largest single buffer the device allows.
+        max_buffer_size: u64,
+    },
+
+    /// Zero-byte requests are refused (wgpu cannot bind an empty range).
+    #[error("cannot allocate 0 bytes: request at least 1 byte")]
+    ZeroSize,
+
+    /// A block handle that the pool does not know (already freed, or from another pool).
+    #[error("unknown block {0}: it was already freed, or belongs to another pool")]
+    UnknownBlock(String),
+
+    /// The usage flags cannot be served by one buffer.
+    #[error("invalid usage {usage:#x}: {why}")]
+    InvalidUsage {
+        /// The raw usage bits.
+        usage: u32,
+        /// Why they were refused.
+        why: String,
+    },
+
+    /// The configuration makes no sense (e.g. a fraction limit without a capacity).
+    #[error("invalid configuration: {0}")]
+    Config(String),
+
+    /// The device was lost or destroyed; the pool can no longer create buffers.
+    #[error("device lost: {0}. Create a new device and a new pool")]
+    DeviceLost(String),
+
+    /// The device reported an error other than out-of-memory.
+    #[error("device error: {0}")]
+    Device(String),
+
+    /// A trace could not be read.
+    #[error(transparent)]
+    Trace(#[from] crate::trace::TraceError),
+}
+
+/// Shorthand for results in this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

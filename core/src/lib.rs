@@ -1,0 +1,71 @@
+//! # vrampool
+//!
+//! A caching GPU memory pool for [wgpu](https://wgpu.rs): the habits PyTorch and
+//! TensorFlow taught (cache freed blocks and reuse them, `empty_cache()`, grow on
+//! demand or preallocate, cap memory, free on drop, weak references, stats and
+//! `memory_summary()`), natively and in the browser.
+//!
+//! Two layers:
+//! - the **engine** ([`Engine`]): a pure allocation engine (segments, blocks,
+//!   best-fit, split/coalesce, release policies) driving a [`Backend`] that
+//!   creates and destroys segments. It knows nothing of wgpu and runs on a
+//!   [`SimulatedDevice`] too, so policies are tested and real [traces](Trace)
+//!   replayed on any machine;
+//! - the **binding** ([`Pool`], feature `wgpu`, on by default): a thin layer over
+//!   `wgpu::Device` whose handles ([`PoolBuffer`]) give a buffer range and return
+//!   it to the pool on drop.
+//!
+//! ```
+//! use vrampool::{Config, Engine, Limit, Request, SimulatedDevice};
+//! // A 1 GiB simulated device, capped at 64 MiB.
+//! let config = Config { limit: Some(Limit::Bytes(64 << 20)), ..Config::default() };
+//! let mut engine = Engine::new(SimulatedDevice::new(1 << 30), config)?;
+//! let big = engine.allocate(Request::new(40 << 20, 0))?;
+//! // Over the cap: the error says what was asked and what is held.
+//! let err = engine.allocate(Request::new(40 << 20, 0)).unwrap_err();
+//! assert!(err.to_string().contains("out of memory: tried to allocate 40.00 MiB"));
+//! engine.free(big.id)?;
+//! engine.allocate(Request::new(40 << 20, 0))?; // reuses the cached block
+//! print!("{}", engine.memory_summary());
+//! # Ok::<(), vrampool::Error>(())
+//! ```
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod engine;
+mod error;
+mod sim;
+mod stats;
+pub mod trace;
+
+#[cfg(feature = "wgpu")]
+mod gpu;
+
+pub use engine::{
+    Allocation, Backend, BlockId, Config, DeviceError, Engine, Growth, Leak, Limit, OomObserver,
+    Request, SegmentClass, SegmentDesc, SegmentId, Snapshot, SnapshotBlock, SnapshotSegment,
+    SnapshotState,
+};
+pub use error::{Error, OomInfo, Result};
+pub use sim::{SimSegment, SimulatedDevice};
+pub use stats::{Counters, PoolReport, PoolStats, Stat, Stats};
+pub use trace::{ReplayReport, Trace, replay};
+
+#[cfg(feature = "wgpu")]
+pub use gpu::*;
+
+/// Formats a byte count for people: `1.50 GiB`.
+pub fn fmt_bytes(b: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.2} {}", UNITS[u])
+    }
+}

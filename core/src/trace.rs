@@ -1,0 +1,405 @@
+//! Allocation traces in RAPIDS RMM's CSV log format
+//! (`Thread,Time,Action,Pointer,Size,Stream`): reading (plain or gzip),
+//! recording, and replaying through any [`Backend`].
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::engine::{Backend, BlockId, Engine, Request};
+use crate::error::Error;
+
+/// The header every RMM log starts with.
+pub const HEADER: &str = "Thread,Time,Action,Pointer,Size,Stream";
+
+/// Why a trace could not be read. Line numbers count from 1, the header being line 1.
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    /// The file could not be opened or read (also: a truncated gzip stream).
+    #[error("cannot read trace {path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// What the OS or decompressor said.
+        source: std::io::Error,
+    },
+    /// The first line is not the RMM header.
+    #[error("{path}: line 1: expected the RMM header `{HEADER}`, found `{found}`")]
+    Header {
+        /// The file.
+        path: String,
+        /// The header found.
+        found: String,
+    },
+    /// A row is malformed.
+    #[error("{path}: line {line}: {why}")]
+    Row {
+        /// The file.
+        path: String,
+        /// Line number.
+        line: u64,
+        /// What is wrong.
+        why: String,
+    },
+    /// The trace holds no allocation.
+    #[error("{path}: the trace holds no allocation")]
+    Empty {
+        /// The file.
+        path: String,
+    },
+}
+
+/// What a trace row does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Action {
+    /// `allocate`.
+    Allocate,
+    /// `free` or `deallocate`.
+    Free,
+}
+
+/// One row of a trace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TraceEvent {
+    /// Allocate or free.
+    pub action: Action,
+    /// The pointer, as logged; reused after it is freed.
+    pub pointer: u64,
+    /// Bytes.
+    pub size: u64,
+    /// Line in the file (for messages).
+    pub line: u64,
+}
+
+/// A validated trace: every free matches a live allocation, sizes are positive.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Trace {
+    /// A name (the file stem).
+    pub name: String,
+    /// The events in order.
+    pub events: Vec<TraceEvent>,
+    /// `allocate failure` rows skipped.
+    pub skipped_failures: u64,
+    /// Peak of live requested bytes over the trace.
+    pub peak_live: u64,
+    /// Largest single allocation.
+    pub largest: u64,
+}
+
+fn parse_u64(field: &str, what: &str) -> Result<u64, String> {
+    let f = field.trim();
+    let r = if let Some(hex) = f.strip_prefix("0x").or_else(|| f.strip_prefix("0X")) {
+        u64::from_str_radix(hex, 16)
+    } else {
+        f.parse::<u64>()
+    };
+    r.map_err(|_| format!("{what} `{f}` is not a non-negative integer"))
+}
+
+impl Trace {
+    /// Reads a trace file, plain or gzip-compressed (detected by its magic bytes).
+    pub fn open(path: impl AsRef<Path>) -> Result<Trace, TraceError> {
+        let path = path.as_ref();
+        let shown = path.display().to_string();
+        let io = |source| TraceError::Io {
+            path: shown.clone(),
+            source,
+        };
+        let bytes = std::fs::read(path).map_err(io)?;
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .map(|n| n.trim_end_matches(".gz").trim_end_matches(".csv").to_string())
+            .unwrap_or_else(|| shown.clone());
+        Self::from_bytes(&name, &bytes)
+    }
+
+    /// Parses a trace from bytes, plain or gzip.
+    pub fn from_bytes(name: &str, bytes: &[u8]) -> Result<Trace, TraceError> {
+        if bytes.starts_with(&[0x1f, 0x8b]) {
+            let mut text = Vec::new();
+            flate2::read::MultiGzDecoder::new(bytes)
+                .read_to_end(&mut text)
+                .map_err(|source| TraceError::Io {
+                    path: name.to_string(),
+                    source,
+                })?;
+            Self::parse(name, &text)
+        } else {
+            Self::parse(name, bytes)
+        }
+    }
+
+    /// Parses plain CSV text.
+    pub fn parse(name: &str, text: &[u8]) -> Result<Trace, TraceError> {
+        let mut rdr = csv::ReaderBuilder::new()
+            .has_headers(true)
+            .flexible(true)
+            .from_reader(text);
+        let row_err = |line: u64, why: String| TraceError::Row {
+            path: name.to_string(),
+            line,
+            why,
+        };
+        let headers = rdr.headers().map_err(|e| row_err(1, e.to_string()))?.clone();
+        let cols: Vec<&str> = headers.iter().map(str::trim).collect();
+        if cols != HEADER.split(',').collect::<Vec<_>>() {
+            return Err(TraceError::Header {
+                path: name.to_string(),
+                found: cols.join(","),
+            });
+        }
+        let mut trace = Trace {
+            name: name.to_string(),
+            ..Default::default()
+        };
+        let mut live: HashMap<u64, u64> = HashMap::new();
+        let mut cur = 0u64;
+        let mut record = csv::StringRecord::new();
+        loop {
+            let more = rdr.read_record(&mut record).map_err(|e| {
+                let line = e.position().map_or(0, |p| p.line());
+                row_err(line, e.to_string())
+            })?;
+            if !more {
+                break;
+            }
+            let line = record.position().map_or(0, |p| p.line());
+            if record.len() != 6 {
+                return Err(row_err(
+                    line,
+                    format!("expected 6 columns ({HEADER}), found {}", record.len()),
+                ));
+            }
+            let action = match record[2].trim() {
+                "allocate" => Action::Allocate,
+                "free" | "deallocate" => Action::Free,
+                "allocate failure" => {
+                    trace.skipped_failures += 1;
+                    continue;
+                }
+                other => {
+                    return Err(row_err(
+                        line,
+                        format!("unknown action `{other}` (expected allocate, free, deallocate or allocate failure)"),
+                    ));
+                }
+            };
+            let pointer = parse_u64(&record[3], "pointer").map_err(|w| row_err(line, w))?;
+            let size = parse_u64(&record[4], "size").map_err(|w| row_err(line, w))?;
+            let size = match action {
+                Action::Allocate => {
+                    if size == 0 {
+                        return Err(row_err(line, "allocation of size 0".into()));
+                    }
+                    if live.insert(pointer, size).is_some() {
+                        return Err(row_err(
+                            line,
+                            format!("pointer {pointer:#x} allocated again before it was freed"),
+                        ));
+                    }
+                    cur += size;
+                    trace.peak_live = trace.peak_live.max(cur);
+                    trace.largest = trace.largest.max(size);
+                    size
+                }
+                Action::Free => {
+                    let Some(s) = live.remove(&pointer) else {
+                        return Err(row_err(
+                            line,
+                            format!("free of pointer {pointer:#x}, which is not live (never allocated, or freed twice)"),
+                        ));
+                    };
+                    cur -= s;
+                    s
+                }
+            };
+            trace.events.push(TraceEvent {
+                action,
+                pointer,
+                size,
+                line,
+            });
+        }
+        if trace.peak_live == 0 {
+            return Err(TraceError::Empty {
+                path: name.to_string(),
+            });
+        }
+        Ok(trace)
+    }
+
+    /// Number of allocations.
+    pub fn allocations(&self) -> usize {
+        self.events
+            .iter()
+            .filter(|e| e.action == Action::Allocate)
+            .count()
+    }
+
+    /// Returns a copy with every size divided by `scale` (at least 1 byte), so a
+    /// trace larger than a device can run on it.
+    pub fn scaled(&self, scale: u64) -> Trace {
+        let scale = scale.max(1);
+        let mut t = self.clone();
+        let (mut cur, mut peak, mut largest) = (0u64, 0u64, 0u64);
+        for e in &mut t.events {
+            e.size = (e.size / scale).max(1);
+            match e.action {
+                Action::Allocate => {
+                    cur += e.size;
+                    peak = peak.max(cur);
+                    largest = largest.max(e.size);
+                }
+                Action::Free => cur -= e.size,
+            }
+        }
+        t.peak_live = peak;
+        t.largest = largest;
+        t
+    }
+}
+
+/// Figures of one replay.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReplayReport {
+    /// The trace's name.
+    pub trace: String,
+    /// Allocations replayed (including refused ones).
+    pub allocs: u64,
+    /// Frees replayed.
+    pub frees: u64,
+    /// Peak live bytes of the trace (requested sizes).
+    pub peak_live: u64,
+    /// Peak allocated bytes (rounded blocks).
+    pub peak_allocated: u64,
+    /// Peak reserved bytes (device segments).
+    pub peak_reserved: u64,
+    /// `peak_reserved / peak_live`.
+    pub reserved_ratio: f64,
+    /// Device buffers created.
+    pub device_allocs: u64,
+    /// Device buffers destroyed.
+    pub device_frees: u64,
+    /// Allocations served from the cache.
+    pub cache_hits: u64,
+    /// Allocations that needed a device call.
+    pub cache_misses: u64,
+    /// Allocations refused for lack of memory.
+    pub ooms: u64,
+    /// Allocations that had to release cache and retry.
+    pub retries: u64,
+    /// Wall time of the replay loop, nanoseconds.
+    pub elapsed_ns: u64,
+    /// Wall time per allocate or free, nanoseconds.
+    pub ns_per_op: f64,
+}
+
+/// Replays `trace` through `engine`, allocating with `usage`. Allocations the
+/// pool refuses are counted as OOMs (and their frees skipped); the replay goes on.
+///
+/// ```
+/// use vrampool::{Config, Engine, SimulatedDevice, Trace, replay};
+/// let csv = "Thread,Time,Action,Pointer,Size,Stream\n0,0,allocate,0x10,4096,0x0\n0,0,free,0x10,4096,0x0\n";
+/// let trace = Trace::parse("tiny", csv.as_bytes())?;
+/// let mut engine = Engine::new(SimulatedDevice::new(1 << 30), Config::default())?;
+/// let report = replay(&mut engine, &trace, 0);
+/// assert_eq!((report.allocs, report.frees, report.ooms), (1, 1, 0));
+/// # Ok::<(), vrampool::Error>(())
+/// ```
+pub fn replay<B: Backend>(engine: &mut Engine<B>, trace: &Trace, usage: u32) -> ReplayReport {
+    let before = engine.stats().counters;
+    engine.reset_peak_stats();
+    let mut live: HashMap<u64, BlockId> = HashMap::with_capacity(1024);
+    let (mut allocs, mut frees, mut ooms) = (0u64, 0u64, 0u64);
+    let start = web_time::Instant::now();
+    for e in &trace.events {
+        match e.action {
+            Action::Allocate => {
+                allocs += 1;
+                match engine.allocate(Request::new(e.size, usage)) {
+                    Ok(a) => {
+                        live.insert(e.pointer, a.id);
+                    }
+                    Err(Error::OutOfMemory(_)) | Err(Error::TooLarge { .. }) => ooms += 1,
+                    Err(other) => {
+                        tracing::warn!("replay {}: line {}: {other}", trace.name, e.line);
+                        ooms += 1;
+                    }
+                }
+            }
+            Action::Free => {
+                frees += 1;
+                if let Some(id) = live.remove(&e.pointer) {
+                    engine.free(id).expect("a block the replay allocated is live");
+                }
+            }
+        }
+    }
+    let elapsed_ns = start.elapsed().as_nanos() as u64;
+    for (_, id) in live.drain() {
+        let _ = engine.free(id);
+    }
+    let s = engine.stats();
+    let c = s.counters;
+    ReplayReport {
+        trace: trace.name.clone(),
+        allocs,
+        frees,
+        peak_live: trace.peak_live,
+        peak_allocated: s.total.allocated_bytes.peak,
+        peak_reserved: s.total.reserved_bytes.peak,
+        reserved_ratio: s.total.reserved_bytes.peak as f64 / trace.peak_live as f64,
+        device_allocs: c.device_allocs - before.device_allocs,
+        device_frees: c.device_frees - before.device_frees,
+        cache_hits: c.cache_hits - before.cache_hits,
+        cache_misses: c.cache_misses - before.cache_misses,
+        ooms,
+        retries: c.alloc_retries - before.alloc_retries,
+        elapsed_ns,
+        ns_per_op: elapsed_ns as f64 / (allocs + frees).max(1) as f64,
+    }
+}
+
+/// Writes allocate/free events as RMM CSV log lines.
+#[derive(Debug, Clone)]
+pub struct Recorder {
+    out: String,
+}
+
+impl Default for Recorder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Recorder {
+    /// An empty log with its header.
+    pub fn new() -> Self {
+        let mut out = String::with_capacity(4096);
+        out.push_str(HEADER);
+        out.push('\n');
+        Recorder { out }
+    }
+
+    /// Appends one event.
+    pub fn record(&mut self, allocate: bool, pointer: u64, size: u64) {
+        use std::fmt::Write;
+        let t = web_time::SystemTime::now()
+            .duration_since(web_time::SystemTime::UNIX_EPOCH)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or(0.0);
+        let _ = writeln!(
+            self.out,
+            "0,{t:.6},{},{pointer:#x},{size},0x0",
+            if allocate { "allocate" } else { "free" }
+        );
+    }
+
+    /// The log text.
+    pub fn finish(self) -> String {
+        self.out
+    }
+}
