@@ -95,6 +95,9 @@ pub struct Config {
     /// `(1 + headroom) × peak allocated` by releasing unused cached segments
     /// before it creates a new one. `None` disables it (cache everything).
     pub headroom: Option<f64>,
+    /// The soft headroom does not act while reserved bytes are below this, so
+    /// small workloads still pack their blocks into shared segments.
+    pub headroom_floor: u64,
     /// Offset alignment and size granularity of blocks (wgpu's
     /// `min_storage_buffer_offset_alignment`, 256).
     pub alignment: u64,
@@ -129,6 +132,7 @@ impl Default for Config {
             cache_limit: None,
             growth: Growth::OnDemand,
             headroom: Some(0.09),
+            headroom_floor: 32 << 20,
             alignment: 256,
             small_request: 1 << 20,
             small_segment: 2 << 20,
@@ -614,7 +618,7 @@ impl<B: Backend> Engine<B> {
                 .allocated_bytes
                 .peak
                 .max(self.total.allocated_bytes.current + rounded);
-            let target = (peak as f64 * (1.0 + h)) as u64;
+            let target = ((peak as f64 * (1.0 + h)) as u64).max(self.config.headroom_floor);
             if self.total.reserved_bytes.current + size > target {
                 if size > rounded && self.total.reserved_bytes.current + rounded <= target {
                     size = self.fit(size, rounded, target);
@@ -959,6 +963,25 @@ impl<B: Backend> Engine<B> {
         s.size
     }
 
+    /// Destroys a segment the device reported broken after it was created
+    /// (the browser's asynchronous error scopes). It must hold no live block.
+    pub fn discard_segment(&mut self, seg: SegmentId) {
+        if matches!(self.segments.get(seg.0 as usize), Some(Some(s)) if s.live == 0) {
+            self.destroy_segment(seg.0);
+        }
+    }
+
+    /// Counts an allocation that released cache and retried.
+    pub fn note_retry(&mut self) {
+        self.counters.alloc_retries += 1;
+    }
+
+    /// Counts an out-of-memory of `requested` bytes, calls the observers, and
+    /// returns the error describing the pool's state.
+    pub fn out_of_memory(&mut self, requested: u64, device_refused: bool) -> Error {
+        self.oom(requested, device_refused)
+    }
+
     /// Releases every cached segment that holds no live block (pinned
     /// preallocations excepted) back to the device, like
     /// `torch.cuda.empty_cache()`. Never touches live blocks. Returns the bytes released.
@@ -1184,11 +1207,6 @@ impl<B: Backend> Engine<B> {
         for (name, stat, recount) in checks {
             if stat != recount {
                 return Err(format!("{name}: stats say {stat}, recount says {recount}"));
-            }
-        }
-        if let Some(l) = self.limit {
-            if t.reserved_bytes.peak > l && self.config.growth == Growth::OnDemand {
-                return Err(format!("reserved peaked at {} above the limit {l}", t.reserved_bytes.peak));
             }
         }
         Ok(())
