@@ -1,0 +1,209 @@
+//! Helpers for the workspace-level tests: a real wgpu device (lavapipe in CI),
+//! the tag-and-verify compute shader from `shaders/`, and the shared traces.
+
+use std::path::PathBuf;
+
+use vrampool::BufferBlock;
+
+/// The tag shader.
+pub const TAG_WGSL: &str = include_str!("../../shaders/tag.wgsl");
+
+/// A real device on the first Vulkan adapter (Mesa lavapipe on CI), with the
+/// adapter's own limits. Panics with what to install when there is none.
+pub fn device() -> (wgpu::Device, wgpu::Queue, wgpu::AdapterInfo) {
+    let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
+        backends: wgpu::Backends::VULKAN,
+        ..wgpu::InstanceDescriptor::new_without_display_handle()
+    });
+    let adapter = pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions::default()))
+        .expect("no Vulkan adapter: install one (Debian: apt-get install -y mesa-vulkan-drivers)");
+    let info = adapter.get_info();
+    let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+        label: Some("vrampool tests"),
+        required_limits: adapter.limits(),
+        ..Default::default()
+    }))
+    .expect("request_device failed");
+    (device, queue, info)
+}
+
+/// Path to a trace in `../shared/traces`.
+pub fn trace_path(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/traces").join(format!("{name}.csv.gz"))
+}
+
+/// Runs the tag shader over blocks.
+pub struct Tagger {
+    device: wgpu::Device,
+    queue: wgpu::Queue,
+    layout: wgpu::BindGroupLayout,
+    write: wgpu::ComputePipeline,
+    verify: wgpu::ComputePipeline,
+    nonzero: wgpu::ComputePipeline,
+    errors: wgpu::Buffer,
+    readback: wgpu::Buffer,
+}
+
+/// A range of some buffer to run a pass over.
+#[derive(Clone, Copy)]
+pub struct Range<'a> {
+    /// The buffer.
+    pub buffer: &'a wgpu::Buffer,
+    /// Offset, a multiple of 256.
+    pub offset: u64,
+    /// Size, a multiple of 4.
+    pub size: u64,
+}
+
+impl<'a> From<&'a BufferBlock> for Range<'a> {
+    fn from(b: &'a BufferBlock) -> Self {
+        Range { buffer: b.buffer(), offset: b.offset(), size: b.size() }
+    }
+}
+
+impl Tagger {
+    /// Compiles the pipelines.
+    pub fn new(device: &wgpu::Device, queue: &wgpu::Queue) -> Tagger {
+        let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some("tag.wgsl"),
+            source: wgpu::ShaderSource::Wgsl(TAG_WGSL.into()),
+        });
+        let storage = |binding| wgpu::BindGroupLayoutEntry {
+            binding,
+            visibility: wgpu::ShaderStages::COMPUTE,
+            ty: wgpu::BindingType::Buffer {
+                ty: wgpu::BufferBindingType::Storage { read_only: false },
+                has_dynamic_offset: false,
+                min_binding_size: None,
+            },
+            count: None,
+        };
+        let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+            label: Some("tag"),
+            entries: &[
+                storage(0),
+                wgpu::BindGroupLayoutEntry {
+                    binding: 1,
+                    visibility: wgpu::ShaderStages::COMPUTE,
+                    ty: wgpu::BindingType::Buffer {
+                        ty: wgpu::BufferBindingType::Uniform,
+                        has_dynamic_offset: true,
+                        min_binding_size: None,
+                    },
+                    count: None,
+                },
+                storage(2),
+            ],
+        });
+        let pl = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+            label: Some("tag"),
+            bind_group_layouts: &[Some(&layout)],
+            immediate_size: 0,
+        });
+        let pipeline = |entry: &str| {
+            device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some(entry),
+                layout: Some(&pl),
+                module: &module,
+                entry_point: Some(entry),
+                compilation_options: Default::default(),
+                cache: None,
+            })
+        };
+        let errors = device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("tag errors"),
+            size: 4,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let readback = device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("tag readback"),
+            size: 4,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        Tagger {
+            device: device.clone(),
+            queue: queue.clone(),
+            write: pipeline("write_tags"),
+            verify: pipeline("verify_tags"),
+            nonzero: pipeline("count_nonzero"),
+            layout,
+            errors,
+            readback,
+        }
+    }
+
+    fn run(&self, passes: &[(&wgpu::ComputePipeline, &[Range<'_>])]) -> u32 {
+        let n: usize = passes.iter().map(|p| p.1.len()).sum();
+        let params = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("tag params"),
+            size: (n.max(1) * 256) as u64,
+            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let mut bytes = vec![0u8; n.max(1) * 256];
+        let mut k = 0;
+        for (_, ranges) in passes {
+            for (i, r) in ranges.iter().enumerate() {
+                bytes[k * 256..k * 256 + 4].copy_from_slice(&(i as u32 + 1).to_le_bytes());
+                bytes[k * 256 + 4..k * 256 + 8].copy_from_slice(&((r.size / 4) as u32).to_le_bytes());
+                k += 1;
+            }
+        }
+        self.queue.write_buffer(&params, 0, &bytes);
+        self.queue.write_buffer(&self.errors, 0, &[0; 4]);
+        let mut enc = self.device.create_command_encoder(&Default::default());
+        let mut k = 0u32;
+        for (pipeline, ranges) in passes {
+            for r in *ranges {
+                let bg = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                    label: None,
+                    layout: &self.layout,
+                    entries: &[
+                        wgpu::BindGroupEntry {
+                            binding: 0,
+                            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                                buffer: r.buffer,
+                                offset: r.offset,
+                                size: std::num::NonZeroU64::new(r.size),
+                            }),
+                        },
+                        wgpu::BindGroupEntry {
+                            binding: 1,
+                            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                                buffer: &params,
+                                offset: 0,
+                                size: std::num::NonZeroU64::new(8),
+                            }),
+                        },
+                        wgpu::BindGroupEntry { binding: 2, resource: self.errors.as_entire_binding() },
+                    ],
+                });
+                let groups = (r.size / 4).div_ceil(64) as u32;
+                let mut pass = enc.begin_compute_pass(&Default::default());
+                pass.set_pipeline(pipeline);
+                pass.set_bind_group(0, &bg, &[k * 256]);
+                pass.dispatch_workgroups(groups.min(65535), groups.div_ceil(65535), 1);
+                k += 1;
+            }
+        }
+        enc.copy_buffer_to_buffer(&self.errors, 0, &self.readback, 0, 4);
+        self.queue.submit([enc.finish()]);
+        self.readback.slice(..).map_async(wgpu::MapMode::Read, |r| r.expect("map readback"));
+        self.device.poll(wgpu::PollType::wait_indefinitely()).expect("poll");
+        let v = u32::from_le_bytes(self.readback.slice(..).get_mapped_range().expect("mapped")[..4].try_into().unwrap());
+        self.readback.unmap();
+        v
+    }
+
+    /// Writes each range's tag, then verifies all; returns the corrupted words.
+    pub fn tag_and_verify(&self, ranges: &[Range<'_>]) -> u32 {
+        self.run(&[(&self.write, ranges), (&self.verify, ranges)])
+    }
+
+    /// Counts non-zero words in the ranges.
+    pub fn count_nonzero(&self, ranges: &[Range<'_>]) -> u32 {
+        self.run(&[(&self.nonzero, ranges)])
+    }
+}
