@@ -140,7 +140,7 @@ impl Default for Config {
             medium_segment: 20 << 20,
             large_rounding: 256,
             min_split_remainder: 1 << 20,
-            large_fit: 0.25,
+            large_fit: 0.5,
             max_segment_size: None,
             default_usage: 0,
         }
@@ -560,7 +560,11 @@ impl<B: Backend> Engine<B> {
         let pool = self.pool_index(req.usage, req.exclusive, || {
             format!(
                 "{}{:#x}",
-                if req.exclusive { "exclusive " } else { "usage " },
+                if req.exclusive {
+                    "exclusive "
+                } else {
+                    "usage "
+                },
                 req.usage
             )
         });
@@ -657,7 +661,8 @@ impl<B: Backend> Engine<B> {
 
     /// The largest aligned segment size in `rounded..=size` that keeps reserved under `cap`.
     fn fit(&self, size: u64, rounded: u64, cap: u64) -> u64 {
-        let room = cap.saturating_sub(self.total.reserved_bytes.current) & !(self.config.alignment - 1);
+        let room =
+            cap.saturating_sub(self.total.reserved_bytes.current) & !(self.config.alignment - 1);
         room.min(size).max(rounded)
     }
 
@@ -688,7 +693,13 @@ impl<B: Backend> Engine<B> {
         }
     }
 
-    fn insert_segment(&mut self, payload: B::Segment, pool: u16, class: SegmentClass, size: u64) -> u32 {
+    fn insert_segment(
+        &mut self,
+        payload: B::Segment,
+        pool: u16,
+        class: SegmentClass,
+        size: u64,
+    ) -> u32 {
         self.counters.device_allocs += 1;
         let address = self.next_address;
         self.next_address += round_up(size, 2 << 20);
@@ -1149,7 +1160,10 @@ impl<B: Backend> Engine<B> {
                     return Err(format!("block {b} in segment {i} says segment {}", blk.seg));
                 }
                 if blk.offset != off {
-                    return Err(format!("segment {i}: gap or overlap at offset {off} (block at {})", blk.offset));
+                    return Err(format!(
+                        "segment {i}: gap or overlap at offset {off} (block at {})",
+                        blk.offset
+                    ));
                 }
                 if blk.prev != prev {
                     return Err(format!("segment {i}: broken prev link at block {b}"));
@@ -1166,7 +1180,9 @@ impl<B: Backend> Engine<B> {
                     }
                     BlockState::Free => {
                         if prev_free {
-                            return Err(format!("segment {i}: two adjacent free blocks at offset {off}"));
+                            return Err(format!(
+                                "segment {i}: two adjacent free blocks at offset {off}"
+                            ));
                         }
                         let key = (class_code(s.class), blk.size, b);
                         if !self.pools[s.pool as usize].free.contains(&key) {
@@ -1175,24 +1191,34 @@ impl<B: Backend> Engine<B> {
                         free_blocks += 1;
                         prev_free = true;
                     }
-                    BlockState::Vacant => return Err(format!("vacant block {b} linked in segment {i}")),
+                    BlockState::Vacant => {
+                        return Err(format!("vacant block {b} linked in segment {i}"));
+                    }
                 }
                 off += blk.size;
                 prev = b;
                 b = blk.next;
             }
             if off != s.size {
-                return Err(format!("segment {i}: blocks cover {off} of {} bytes", s.size));
+                return Err(format!(
+                    "segment {i}: blocks cover {off} of {} bytes",
+                    s.size
+                ));
             }
             if live != s.live {
-                return Err(format!("segment {i}: live count {} but {live} live blocks", s.live));
+                return Err(format!(
+                    "segment {i}: live count {} but {live} live blocks",
+                    s.live
+                ));
             }
             total.2 += s.size;
             total.3 += 1;
             total.4 += live as u64;
         }
         if free_blocks != free_in_sets {
-            return Err(format!("{free_in_sets} entries in free index, {free_blocks} free blocks"));
+            return Err(format!(
+                "{free_in_sets} entries in free index, {free_blocks} free blocks"
+            ));
         }
         let t = &self.total;
         let checks = [
@@ -1225,7 +1251,11 @@ impl<B: Backend> Drop for Engine<B> {
                 leaks
                     .iter()
                     .take(16)
-                    .map(|l| format!("{} ({})", l.label.as_deref().unwrap_or("unlabelled"), crate::fmt_bytes(l.size)))
+                    .map(|l| format!(
+                        "{} ({})",
+                        l.label.as_deref().unwrap_or("unlabelled"),
+                        crate::fmt_bytes(l.size)
+                    ))
                     .collect::<Vec<_>>()
                     .join(", ")
             );

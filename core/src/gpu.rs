@@ -5,7 +5,9 @@ use std::num::NonZeroU64;
 use std::ops::Range;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
-use crate::engine::{Backend, BlockId, Config, DeviceError, Engine, Leak, Limit, Request, SegmentDesc, Snapshot};
+use crate::engine::{
+    Backend, BlockId, Config, DeviceError, Engine, Leak, Limit, Request, SegmentDesc, Snapshot,
+};
 use crate::error::{Error, OomInfo, Result};
 use crate::stats::Stats;
 
@@ -317,7 +319,13 @@ impl Pool {
         })
     }
 
-    fn wrap(&self, engine: &Engine<WgpuBackend>, a: crate::engine::Allocation, desc: &AllocDesc<'_>, req: &Request) -> PoolBuffer {
+    fn wrap(
+        &self,
+        engine: &Engine<WgpuBackend>,
+        a: crate::engine::Allocation,
+        desc: &AllocDesc<'_>,
+        req: &Request,
+    ) -> PoolBuffer {
         let buffer = engine
             .segment_payload(a.segment)
             .expect("a new block's segment exists")
@@ -334,12 +342,12 @@ impl Pool {
             label: req.label.clone(),
         };
         if desc.zeroed && !a.fresh {
-            let mut enc = self
-                .inner
-                .device
-                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                    label: Some("vrampool zero-on-reuse"),
-                });
+            let mut enc =
+                self.inner
+                    .device
+                    .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                        label: Some("vrampool zero-on-reuse"),
+                    });
             enc.clear_buffer(&block.buffer, block.offset, Some(block.block_size));
             self.inner.queue.submit([enc.finish()]);
         }
@@ -389,7 +397,9 @@ impl Pool {
                             engine.note_retry();
                             engine.empty_cache();
                         }
-                        DeviceError::OutOfMemory => return Err(engine.out_of_memory(req.size, true)),
+                        DeviceError::OutOfMemory => {
+                            return Err(engine.out_of_memory(req.size, true));
+                        }
                         DeviceError::Lost(w) => {
                             engine.mark_lost(w.clone());
                             return Err(Error::DeviceLost(w));
@@ -478,7 +488,8 @@ impl Pool {
         let r = f(&scope);
         let mut report = scope.report.into_inner().unwrap_or_else(|e| e.into_inner());
         let after = self.stats();
-        report.returned = after.total.allocated_bytes.current <= before.total.allocated_bytes.current;
+        report.returned =
+            after.total.allocated_bytes.current <= before.total.allocated_bytes.current;
         (r, report)
     }
 }
@@ -577,7 +588,9 @@ impl BufferBlock {
 
 impl Drop for BufferBlock {
     fn drop(&mut self) {
-        let Some(inner) = self.pool.upgrade() else { return };
+        let Some(inner) = self.pool.upgrade() else {
+            return;
+        };
         if self.exclusive {
             // A staging buffer goes back only unmapped. Unmapping an unmapped
             // buffer is a validation error in wgpu; the scope swallows it.

@@ -111,7 +111,11 @@ impl Trace {
         let name = path
             .file_name()
             .and_then(|n| n.to_str())
-            .map(|n| n.trim_end_matches(".gz").trim_end_matches(".csv").to_string())
+            .map(|n| {
+                n.trim_end_matches(".gz")
+                    .trim_end_matches(".csv")
+                    .to_string()
+            })
             .unwrap_or_else(|| shown.clone());
         Self::from_bytes(&name, &bytes)
     }
@@ -143,7 +147,10 @@ impl Trace {
             line,
             why,
         };
-        let headers = rdr.headers().map_err(|e| row_err(1, e.to_string()))?.clone();
+        let headers = rdr
+            .headers()
+            .map_err(|e| row_err(1, e.to_string()))?
+            .clone();
         let cols: Vec<&str> = headers.iter().map(str::trim).collect();
         if cols != HEADER.split(',').collect::<Vec<_>>() {
             return Err(TraceError::Header {
@@ -183,7 +190,9 @@ impl Trace {
                 other => {
                     return Err(row_err(
                         line,
-                        format!("unknown action `{other}` (expected allocate, free, deallocate or allocate failure)"),
+                        format!(
+                            "unknown action `{other}` (expected allocate, free, deallocate or allocate failure)"
+                        ),
                     ));
                 }
             };
@@ -209,7 +218,9 @@ impl Trace {
                     let Some(s) = live.remove(&pointer) else {
                         return Err(row_err(
                             line,
-                            format!("free of pointer {pointer:#x}, which is not live (never allocated, or freed twice)"),
+                            format!(
+                                "free of pointer {pointer:#x}, which is not live (never allocated, or freed twice)"
+                            ),
                         ));
                     };
                     cur -= s;
@@ -333,7 +344,9 @@ pub fn replay<B: Backend>(engine: &mut Engine<B>, trace: &Trace, usage: u32) -> 
             Action::Free => {
                 frees += 1;
                 if let Some(id) = live.remove(&e.pointer) {
-                    engine.free(id).expect("a block the replay allocated is live");
+                    engine
+                        .free(id)
+                        .expect("a block the replay allocated is live");
                 }
             }
         }

@@ -3,13 +3,15 @@
 //! free blocks stay uncoalesced, the limit is never crossed.
 
 use proptest::prelude::*;
-use vrampool::{
-    BlockId, Config, Engine, Error, Limit, Request, SimulatedDevice, SnapshotState,
-};
+use vrampool::{BlockId, Config, Engine, Error, Limit, Request, SimulatedDevice, SnapshotState};
 
 #[derive(Debug, Clone)]
 enum Op {
-    Alloc { size: u64, usage: u32, exclusive: bool },
+    Alloc {
+        size: u64,
+        usage: u32,
+        exclusive: bool,
+    },
     Free(usize),
     EmptyCache,
     SetLimit(Option<u64>),
@@ -120,8 +122,14 @@ proptest! {
 #[test]
 fn freed_neighbours_coalesce_into_one_block() {
     let mut e = Engine::new(SimulatedDevice::new(1 << 30), Config::default()).unwrap();
-    let ids: Vec<_> = (0..8).map(|_| e.allocate(Request::new(1000, 0)).unwrap()).collect();
-    assert_eq!(e.stats().total.segments.current, 1, "small blocks share one segment");
+    let ids: Vec<_> = (0..8)
+        .map(|_| e.allocate(Request::new(1000, 0)).unwrap())
+        .collect();
+    assert_eq!(
+        e.stats().total.segments.current,
+        1,
+        "small blocks share one segment"
+    );
     for a in ids.iter().step_by(2) {
         e.free(a.id).unwrap();
     }
@@ -130,13 +138,20 @@ fn freed_neighbours_coalesce_into_one_block() {
     }
     e.check_invariants().unwrap();
     let snap = e.snapshot();
-    assert_eq!(snap.segments[0].blocks.len(), 1, "all free space is one block again");
+    assert_eq!(
+        snap.segments[0].blocks.len(),
+        1,
+        "all free space is one block again"
+    );
     assert_eq!(e.stats().largest_free_block, 2 << 20);
 }
 
 #[test]
 fn limit_releases_cache_before_failing() {
-    let config = Config { limit: Some(Limit::Bytes(100 << 20)), ..Config::default() };
+    let config = Config {
+        limit: Some(Limit::Bytes(100 << 20)),
+        ..Config::default()
+    };
     let mut e = Engine::new(SimulatedDevice::new(1 << 30), config).unwrap();
     let a = e.allocate(Request::new(60 << 20, 0)).unwrap();
     e.free(a.id).unwrap();
@@ -160,7 +175,10 @@ fn limit_releases_cache_before_failing() {
 #[test]
 fn oom_observers_see_the_state() {
     use std::sync::{Arc, Mutex};
-    let config = Config { limit: Some(Limit::Bytes(10 << 20)), ..Config::default() };
+    let config = Config {
+        limit: Some(Limit::Bytes(10 << 20)),
+        ..Config::default()
+    };
     let mut e = Engine::new(SimulatedDevice::new(1 << 30), config).unwrap();
     let seen = Arc::new(Mutex::new(Vec::new()));
     let s2 = seen.clone();
@@ -175,7 +193,14 @@ fn oom_observers_see_the_state() {
 #[test]
 fn device_oom_releases_cache_and_retries() {
     // A 100 MiB device, no pool limit: the device itself refuses.
-    let mut e = Engine::new(SimulatedDevice::new(100 << 20), Config { headroom: None, ..Config::default() }).unwrap();
+    let mut e = Engine::new(
+        SimulatedDevice::new(100 << 20),
+        Config {
+            headroom: None,
+            ..Config::default()
+        },
+    )
+    .unwrap();
     let a = e.allocate(Request::new(60 << 20, 0)).unwrap();
     e.free(a.id).unwrap();
     let b = e.allocate(Request::new(70 << 20, 0)).unwrap();
@@ -187,27 +212,54 @@ fn device_oom_releases_cache_and_retries() {
 
 #[test]
 fn too_large_and_zero_are_clear_errors() {
-    let mut e = Engine::new(SimulatedDevice::with_max_buffer_size(1 << 30, 256 << 20), Config::default()).unwrap();
+    let mut e = Engine::new(
+        SimulatedDevice::with_max_buffer_size(1 << 30, 256 << 20),
+        Config::default(),
+    )
+    .unwrap();
     let err = e.allocate(Request::new(300 << 20, 0)).unwrap_err();
-    assert!(err.to_string().contains("max_buffer_size of 256.00 MiB"), "{err}");
-    assert!(matches!(e.allocate(Request::new(0, 0)), Err(Error::ZeroSize)));
-    assert!(matches!(e.allocate(Request::new(u64::MAX, 0)), Err(Error::TooLarge { .. })));
+    assert!(
+        err.to_string().contains("max_buffer_size of 256.00 MiB"),
+        "{err}"
+    );
+    assert!(matches!(
+        e.allocate(Request::new(0, 0)),
+        Err(Error::ZeroSize)
+    ));
+    assert!(matches!(
+        e.allocate(Request::new(u64::MAX, 0)),
+        Err(Error::TooLarge { .. })
+    ));
     assert_eq!(e.stats().total.reserved_bytes.current, 0);
 }
 
 #[test]
 fn cache_limit_and_preallocation() {
-    let config = Config { cache_limit: Some(0), ..Config::default() };
+    let config = Config {
+        cache_limit: Some(0),
+        ..Config::default()
+    };
     let mut e = Engine::new(SimulatedDevice::new(1 << 30), config).unwrap();
     let a = e.allocate(Request::new(40 << 20, 0)).unwrap();
     e.free(a.id).unwrap();
-    assert_eq!(e.stats().total.reserved_bytes.current, 0, "cache limit 0 releases at once");
+    assert_eq!(
+        e.stats().total.reserved_bytes.current,
+        0,
+        "cache limit 0 releases at once"
+    );
 
-    let config = Config { growth: vrampool::Growth::Preallocate(256 << 20), ..Config::default() };
+    let config = Config {
+        growth: vrampool::Growth::Preallocate(256 << 20),
+        ..Config::default()
+    };
     let mut e = Engine::new(SimulatedDevice::new(1 << 30), config).unwrap();
     assert_eq!(e.stats().total.reserved_bytes.current, 256 << 20);
     let a = e.allocate(Request::new(100 << 20, 0)).unwrap();
-    assert_eq!(e.stats().counters.device_allocs, 1, "served from the preallocation");
+    assert_eq!(
+        e.stats().counters.device_allocs,
+        1,
+        "served from the preallocation"
+    );
     e.free(a.id).unwrap();
     assert_eq!(e.empty_cache(), 0, "the preallocation is pinned");
     assert_eq!(e.stats().total.reserved_bytes.current, 256 << 20);
@@ -215,11 +267,20 @@ fn cache_limit_and_preallocation() {
 
 #[test]
 fn fraction_limit_uses_capacity() {
-    let config = Config { limit: Some(Limit::Fraction(0.5)), ..Config::default() };
+    let config = Config {
+        limit: Some(Limit::Fraction(0.5)),
+        ..Config::default()
+    };
     let e = Engine::new(SimulatedDevice::new(1 << 30), config.clone()).unwrap();
     assert_eq!(e.limit(), Some(512 << 20));
-    let bad = Config { limit: Some(Limit::Fraction(-1.0)), ..Config::default() };
-    assert!(matches!(Engine::new(SimulatedDevice::new(1 << 30), bad), Err(Error::Config(_))));
+    let bad = Config {
+        limit: Some(Limit::Fraction(-1.0)),
+        ..Config::default()
+    };
+    assert!(matches!(
+        Engine::new(SimulatedDevice::new(1 << 30), bad),
+        Err(Error::Config(_))
+    ));
 }
 
 #[test]
@@ -249,7 +310,10 @@ fn leaks_name_their_labels() {
     assert_eq!(leaks.len(), 1);
     assert_eq!(leaks[0].label.as_deref(), Some("kv-cache"));
     let summary = e.memory_summary();
-    assert!(summary.contains("Allocated memory") && summary.contains("4.00 KiB"), "{summary}");
+    assert!(
+        summary.contains("Allocated memory") && summary.contains("4.00 KiB"),
+        "{summary}"
+    );
     let json = serde_json::to_string(&e.snapshot()).unwrap();
     assert!(json.contains("kv-cache"));
 }

@@ -15,8 +15,11 @@ pub fn device() -> (wgpu::Device, wgpu::Queue, wgpu::AdapterInfo) {
         backends: wgpu::Backends::VULKAN,
         ..wgpu::InstanceDescriptor::new_without_display_handle()
     });
-    let adapter = pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions::default()))
-        .expect("no Vulkan adapter: install one (Debian: apt-get install -y mesa-vulkan-drivers)");
+    let adapter =
+        pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions::default()))
+            .expect(
+                "no Vulkan adapter: install one (Debian: apt-get install -y mesa-vulkan-drivers)",
+            );
     let info = adapter.get_info();
     let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
         label: Some("vrampool tests"),
@@ -29,7 +32,9 @@ pub fn device() -> (wgpu::Device, wgpu::Queue, wgpu::AdapterInfo) {
 
 /// Path to a trace in `../shared/traces`.
 pub fn trace_path(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/traces").join(format!("{name}.csv.gz"))
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/traces")
+        .join(format!("{name}.csv.gz"))
 }
 
 /// Runs the tag shader over blocks.
@@ -57,7 +62,11 @@ pub struct Range<'a> {
 
 impl<'a> From<&'a BufferBlock> for Range<'a> {
     fn from(b: &'a BufferBlock) -> Self {
-        Range { buffer: b.buffer(), offset: b.offset(), size: b.size() }
+        Range {
+            buffer: b.buffer(),
+            offset: b.offset(),
+            size: b.size(),
+        }
     }
 }
 
@@ -113,7 +122,9 @@ impl Tagger {
         let errors = device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("tag errors"),
             size: 4,
-            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+            usage: wgpu::BufferUsages::STORAGE
+                | wgpu::BufferUsages::COPY_SRC
+                | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
         let readback = device.create_buffer(&wgpu::BufferDescriptor {
@@ -147,7 +158,8 @@ impl Tagger {
         for (_, ranges) in passes {
             for (i, r) in ranges.iter().enumerate() {
                 bytes[k * 256..k * 256 + 4].copy_from_slice(&(i as u32 + 1).to_le_bytes());
-                bytes[k * 256 + 4..k * 256 + 8].copy_from_slice(&((r.size / 4) as u32).to_le_bytes());
+                bytes[k * 256 + 4..k * 256 + 8]
+                    .copy_from_slice(&((r.size / 4) as u32).to_le_bytes());
                 k += 1;
             }
         }
@@ -177,7 +189,10 @@ impl Tagger {
                                 size: std::num::NonZeroU64::new(8),
                             }),
                         },
-                        wgpu::BindGroupEntry { binding: 2, resource: self.errors.as_entire_binding() },
+                        wgpu::BindGroupEntry {
+                            binding: 2,
+                            resource: self.errors.as_entire_binding(),
+                        },
                     ],
                 });
                 let groups = (r.size / 4).div_ceil(64) as u32;
@@ -190,9 +205,17 @@ impl Tagger {
         }
         enc.copy_buffer_to_buffer(&self.errors, 0, &self.readback, 0, 4);
         self.queue.submit([enc.finish()]);
-        self.readback.slice(..).map_async(wgpu::MapMode::Read, |r| r.expect("map readback"));
-        self.device.poll(wgpu::PollType::wait_indefinitely()).expect("poll");
-        let v = u32::from_le_bytes(self.readback.slice(..).get_mapped_range().expect("mapped")[..4].try_into().unwrap());
+        self.readback
+            .slice(..)
+            .map_async(wgpu::MapMode::Read, |r| r.expect("map readback"));
+        self.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .expect("poll");
+        let v = u32::from_le_bytes(
+            self.readback.slice(..).get_mapped_range().expect("mapped")[..4]
+                .try_into()
+                .unwrap(),
+        );
         self.readback.unmap();
         v
     }

@@ -9,7 +9,14 @@ use wgpu::BufferUsages as U;
 
 fn pool_with(config: Config) -> Pool {
     let (device, queue, _) = device();
-    Pool::new(device, queue, PoolOptions { config, ..Default::default() })
+    Pool::new(
+        device,
+        queue,
+        PoolOptions {
+            config,
+            ..Default::default()
+        },
+    )
 }
 
 fn pool() -> Pool {
@@ -42,10 +49,22 @@ fn the_tag_check_detects_overlap() {
         usage: U::STORAGE,
         mapped_at_creation: false,
     });
-    let a = Range { buffer: &buf, offset: 0, size: 4096 };
-    let b = Range { buffer: &buf, offset: 2048, size: 4096 };
+    let a = Range {
+        buffer: &buf,
+        offset: 0,
+        size: 4096,
+    };
+    let b = Range {
+        buffer: &buf,
+        offset: 2048,
+        size: 4096,
+    };
     assert!(tagger.tag_and_verify(&[a, b]) > 0);
-    let c = Range { buffer: &buf, offset: 4096, size: 4096 };
+    let c = Range {
+        buffer: &buf,
+        offset: 4096,
+        size: 4096,
+    };
     assert_eq!(tagger.tag_and_verify(&[a, c]), 0);
 }
 
@@ -63,21 +82,35 @@ fn live_blocks_never_share_bytes_on_the_gpu() {
                 6..=8 => (64 << 10) + rng.below(1 << 20),
                 _ => (1 << 20) + rng.below(6 << 20),
             } & !3;
-            live.push(pool.alloc(AllocDesc::storage(size.max(4)).label("tagged")).unwrap());
+            live.push(
+                pool.alloc(AllocDesc::storage(size.max(4)).label("tagged"))
+                    .unwrap(),
+            );
         } else {
             let i = rng.below(live.len() as u64) as usize;
             live.swap_remove(i);
         }
         if step % 500 == 499 {
             let ranges: Vec<Range> = live.iter().map(|b| Range::from(&**b)).collect();
-            assert_eq!(tagger.tag_and_verify(&ranges), 0, "corrupted tags at step {step}");
+            assert_eq!(
+                tagger.tag_and_verify(&ranges),
+                0,
+                "corrupted tags at step {step}"
+            );
             checks += 1;
         }
     }
     assert_eq!(checks, 6);
     let s = pool.stats();
-    assert!(s.counters.cache_hits > 1000, "the pool reused memory: {:?}", s.counters);
-    assert!(s.total.segments.current < live.len() as u64, "blocks share segments");
+    assert!(
+        s.counters.cache_hits > 1000,
+        "the pool reused memory: {:?}",
+        s.counters
+    );
+    assert!(
+        s.total.segments.current < live.len() as u64,
+        "blocks share segments"
+    );
     assert!(s.total.reserved_bytes.current >= s.total.allocated_bytes.current);
     drop(live);
     assert_eq!(pool.stats().total.allocated_bytes.current, 0);
@@ -90,13 +123,18 @@ fn zeroed_reuse_reads_back_zeros() {
     let size = 64 << 10;
     let a = pool.alloc(AllocDesc::storage(size)).unwrap();
     let (buffer, offset) = (a.buffer().clone(), a.offset());
-    pool.queue().write_buffer(a.buffer(), a.offset(), &vec![0xAB; size as usize]);
+    pool.queue()
+        .write_buffer(a.buffer(), a.offset(), &vec![0xAB; size as usize]);
     pool.queue().submit([]);
     drop(a);
 
     // Without zeroing, the reused block shows the old bytes: the test below is meaningful.
     let b = pool.alloc(AllocDesc::storage(size)).unwrap();
-    assert_eq!((b.buffer(), b.offset()), (&buffer, offset), "same block reused");
+    assert_eq!(
+        (b.buffer(), b.offset()),
+        (&buffer, offset),
+        "same block reused"
+    );
     assert_eq!(tagger.count_nonzero(&[Range::from(&*b)]), (size / 4) as u32);
     drop(b);
 
@@ -111,12 +149,20 @@ fn zeroed_reuse_reads_back_zeros() {
 fn empty_cache_lowers_wgpus_reserved_bytes() {
     let pool = pool();
     let segment = 300u64 << 20; // above gpu-allocator's 256 MiB blocks: dedicated memory
-    let before = pool.allocator_report().expect("wgpu's Vulkan backend gives an allocator report");
-    let blocks: Vec<_> = (0..3).map(|_| pool.alloc(AllocDesc::storage(segment)).unwrap()).collect();
+    let before = pool
+        .allocator_report()
+        .expect("wgpu's Vulkan backend gives an allocator report");
+    let blocks: Vec<_> = (0..3)
+        .map(|_| pool.alloc(AllocDesc::storage(segment)).unwrap())
+        .collect();
     drop(blocks);
     let s = pool.stats();
     assert_eq!(s.total.allocated_bytes.current, 0);
-    assert_eq!(s.total.reserved_bytes.current, 3 * segment, "freed blocks stay cached");
+    assert_eq!(
+        s.total.reserved_bytes.current,
+        3 * segment,
+        "freed blocks stay cached"
+    );
     let held = pool.allocator_report().unwrap();
     assert!(held.total_reserved_bytes >= before.total_reserved_bytes + 3 * segment);
 
@@ -136,24 +182,39 @@ fn empty_cache_lowers_wgpus_reserved_bytes() {
 
 #[test]
 fn out_of_memory_under_a_limit_is_an_error_and_the_pool_recovers() {
-    let pool = pool_with(Config { limit: Some(Limit::Bytes(64 << 20)), ..Config::default() });
+    let pool = pool_with(Config {
+        limit: Some(Limit::Bytes(64 << 20)),
+        ..Config::default()
+    });
     let seen = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     let s2 = seen.clone();
     pool.on_oom(move |i| s2.store(i.requested, std::sync::atomic::Ordering::SeqCst));
-    let a = pool.alloc(AllocDesc::storage(48 << 20).label("big")).unwrap();
+    let a = pool
+        .alloc(AllocDesc::storage(48 << 20).label("big"))
+        .unwrap();
     let before = pool.stats();
     let err = pool.alloc(AllocDesc::storage(32 << 20)).unwrap_err();
     let msg = err.to_string();
     assert!(matches!(err, Error::OutOfMemory(_)));
-    assert!(msg.contains("tried to allocate 32.00 MiB") && msg.contains("limit 64.00 MiB"), "{msg}");
+    assert!(
+        msg.contains("tried to allocate 32.00 MiB") && msg.contains("limit 64.00 MiB"),
+        "{msg}"
+    );
     assert_eq!(seen.load(std::sync::atomic::Ordering::SeqCst), 32 << 20);
     let after = pool.stats();
-    assert_eq!(after.total, before.total, "a refused request changes no figure");
+    assert_eq!(
+        after.total, before.total,
+        "a refused request changes no figure"
+    );
     assert_eq!(after.counters.ooms, 1);
     drop(a);
     let b = pool.alloc(AllocDesc::storage(32 << 20)).unwrap();
     let tagger = Tagger::new(pool.device(), pool.queue());
-    assert_eq!(tagger.tag_and_verify(&[Range::from(&*b)]), 0, "the buffer handed out after an OOM is valid");
+    assert_eq!(
+        tagger.tag_and_verify(&[Range::from(&*b)]),
+        0,
+        "the buffer handed out after an OOM is valid"
+    );
 }
 
 #[test]
@@ -163,16 +224,27 @@ fn a_request_above_max_buffer_size_is_an_error() {
     let err = pool.alloc(AllocDesc::storage(max + 1)).unwrap_err();
     assert!(matches!(err, Error::TooLarge { .. }), "{err}");
     assert!(err.to_string().contains("max_buffer_size"));
-    assert!(matches!(pool.alloc(AllocDesc::storage(0)), Err(Error::ZeroSize)));
-    let bad = pool.alloc(AllocDesc::storage(256).usage(U::MAP_READ | U::STORAGE)).unwrap_err();
-    assert!(bad.to_string().contains("MAPPABLE_PRIMARY_BUFFERS"), "{bad}");
+    assert!(matches!(
+        pool.alloc(AllocDesc::storage(0)),
+        Err(Error::ZeroSize)
+    ));
+    let bad = pool
+        .alloc(AllocDesc::storage(256).usage(U::MAP_READ | U::STORAGE))
+        .unwrap_err();
+    assert!(
+        bad.to_string().contains("MAPPABLE_PRIMARY_BUFFERS"),
+        "{bad}"
+    );
     assert_eq!(pool.stats().total.reserved_bytes.current, 0);
     pool.alloc(AllocDesc::storage(1 << 20)).unwrap();
 }
 
 #[test]
 fn alloc_async_checks_the_error_scopes() {
-    let pool = pool_with(Config { limit: Some(Limit::Bytes(8 << 20)), ..Config::default() });
+    let pool = pool_with(Config {
+        limit: Some(Limit::Bytes(8 << 20)),
+        ..Config::default()
+    });
     let a = pollster::block_on(pool.alloc_async(AllocDesc::storage(4 << 20))).unwrap();
     let tagger = Tagger::new(pool.device(), pool.queue());
     assert_eq!(tagger.tag_and_verify(&[Range::from(&*a)]), 0);
@@ -216,13 +288,24 @@ fn staging_buffers_are_reused_only_once_unmapped() {
     let pool = pool();
     let usage = U::MAP_READ | U::COPY_DST;
     let src = pool.alloc(AllocDesc::storage(4096)).unwrap();
-    pool.queue().write_buffer(src.buffer(), src.offset(), &[7u8; 4096]);
+    pool.queue()
+        .write_buffer(src.buffer(), src.offset(), &[7u8; 4096]);
     let read = |staging: &PoolBuffer| {
         let mut enc = pool.device().create_command_encoder(&Default::default());
-        enc.copy_buffer_to_buffer(src.buffer(), src.offset(), staging.buffer(), staging.offset(), 4096);
+        enc.copy_buffer_to_buffer(
+            src.buffer(),
+            src.offset(),
+            staging.buffer(),
+            staging.offset(),
+            4096,
+        );
         pool.queue().submit([enc.finish()]);
-        staging.slice().map_async(wgpu::MapMode::Read, |r| r.unwrap());
-        pool.device().poll(wgpu::PollType::wait_indefinitely()).unwrap();
+        staging
+            .slice()
+            .map_async(wgpu::MapMode::Read, |r| r.unwrap());
+        pool.device()
+            .poll(wgpu::PollType::wait_indefinitely())
+            .unwrap();
         let v = staging.slice().get_mapped_range().unwrap().to_vec();
         v
     };
@@ -240,15 +323,23 @@ fn staging_buffers_are_reused_only_once_unmapped() {
 fn stats_snapshot_and_leak_report_on_a_real_device() {
     let pool = pool();
     pool.start_recording();
-    let a = pool.alloc(AllocDesc::storage(10_000).label("weights")).unwrap();
-    let b = pool.alloc(AllocDesc::storage(3 << 20).label("activations")).unwrap();
+    let a = pool
+        .alloc(AllocDesc::storage(10_000).label("weights"))
+        .unwrap();
+    let b = pool
+        .alloc(AllocDesc::storage(3 << 20).label("activations"))
+        .unwrap();
     let s = pool.stats();
     assert_eq!(s.total.requested_bytes.current, 10_000 + (3 << 20));
     assert!(s.total.allocated_bytes.current >= s.total.requested_bytes.current);
     assert!(s.total.reserved_bytes.current >= s.total.allocated_bytes.current);
     assert_eq!(a.offset() % 256, 0);
     let snap = pool.snapshot();
-    let labels: Vec<_> = snap.segments.iter().flat_map(|s| s.blocks.iter().filter_map(|b| b.label.clone())).collect();
+    let labels: Vec<_> = snap
+        .segments
+        .iter()
+        .flat_map(|s| s.blocks.iter().filter_map(|b| b.label.clone()))
+        .collect();
     assert!(labels.contains(&"weights".to_string()) && labels.contains(&"activations".to_string()));
     let leaks = pool.leaks();
     assert_eq!(leaks.len(), 2);
