@@ -42,7 +42,7 @@ fn hot_path(c: &mut Criterion) {
                 x ^= x << 13;
                 x ^= x >> 7;
                 x ^= x << 17;
-                if live.len() < 1000 || x % 2 == 0 {
+                if live.len() < 1000 || x.is_multiple_of(2) {
                     live.push(
                         e.allocate(Request::new(256 + (x % (4 << 20)), 0))
                             .unwrap()

@@ -215,6 +215,9 @@ pub enum SegmentClass {
     Large,
     /// One exclusive block, never split.
     Exclusive,
+    /// The pinned preallocation ([`Growth::Preallocate`]): serves any
+    /// non-exclusive request of its pool first, split freely.
+    Preallocated,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -356,6 +359,7 @@ pub struct Engine<B: Backend> {
     recorder: Option<Recorder>,
     observers: Vec<OomObserver>,
     lost: Option<String>,
+    has_preallocation: bool,
 }
 
 fn round_up(x: u64, to: u64) -> u64 {
@@ -368,6 +372,7 @@ fn class_code(c: SegmentClass) -> u8 {
         SegmentClass::Medium => 1,
         SegmentClass::Large => 2,
         SegmentClass::Exclusive => 3,
+        SegmentClass::Preallocated => 4,
     }
 }
 
@@ -402,6 +407,7 @@ impl<B: Backend> Engine<B> {
             recorder: None,
             observers: Vec::new(),
             lost: None,
+            has_preallocation: false,
         };
         e.limit = e.resolve_limit(e.config.limit)?;
         if let Growth::Preallocate(bytes) = e.config.growth {
@@ -535,7 +541,7 @@ impl<B: Backend> Engine<B> {
             SegmentClass::Small => self.config.small_segment.max(rounded),
             SegmentClass::Medium => self.config.medium_segment.max(rounded),
             SegmentClass::Large => round_up(rounded, self.config.large_rounding.max(1)),
-            SegmentClass::Exclusive => rounded,
+            SegmentClass::Exclusive | SegmentClass::Preallocated => rounded,
         };
         s.min(self.max_segment).max(rounded)
     }
@@ -570,7 +576,13 @@ impl<B: Backend> Engine<B> {
         });
         let class = self.class_of(rounded, req.exclusive);
         self.tick += 1;
-        if let Some(b) = self.find_free(pool, class, rounded) {
+        let found = if class != SegmentClass::Exclusive && self.has_preallocation {
+            self.find_free(pool, SegmentClass::Preallocated, rounded)
+                .or_else(|| self.find_free(pool, class, rounded))
+        } else {
+            self.find_free(pool, class, rounded)
+        };
+        if let Some(b) = found {
             self.counters.cache_hits += 1;
             return Ok(self.take_block(b, rounded, req));
         }
@@ -1035,8 +1047,9 @@ impl<B: Backend> Engine<B> {
                 DeviceError::Lost(w) => Error::DeviceLost(w),
                 DeviceError::Other(m) => Error::Device(m),
             })?;
-        let s = self.insert_segment(payload, pool, SegmentClass::Large, size);
+        let s = self.insert_segment(payload, pool, SegmentClass::Preallocated, size);
         self.segments[s as usize].as_mut().unwrap().pinned = true;
+        self.has_preallocation = true;
         Ok(())
     }
 
@@ -1168,7 +1181,7 @@ impl<B: Backend> Engine<B> {
                 if blk.prev != prev {
                     return Err(format!("segment {i}: broken prev link at block {b}"));
                 }
-                if blk.offset % self.config.alignment != 0 {
+                if !blk.offset.is_multiple_of(self.config.alignment) {
                     return Err(format!("block {b} offset {} not aligned", blk.offset));
                 }
                 match blk.state {

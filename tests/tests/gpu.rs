@@ -306,8 +306,7 @@ fn staging_buffers_are_reused_only_once_unmapped() {
         pool.device()
             .poll(wgpu::PollType::wait_indefinitely())
             .unwrap();
-        let v = staging.slice().get_mapped_range().unwrap().to_vec();
-        v
+        staging.slice().get_mapped_range().unwrap().to_vec()
     };
     let staging = pool.alloc(AllocDesc::storage(4096).usage(usage)).unwrap();
     assert_eq!(staging.offset(), 0, "a staging buffer is a whole segment");
