@@ -118,6 +118,9 @@ pub struct Config {
     /// this fraction of it: a small tensor must not pin a huge segment
     /// (PyTorch's `max_split_size` problem).
     pub large_fit: f64,
+    /// When a new segment would cross the headroom, serve a large request from
+    /// any larger cached block rather than grow.
+    pub relaxed_fit: bool,
     /// Largest segment the pool will create, if below the backend's limit.
     pub max_segment_size: Option<u64>,
     /// The pool used by [`Growth::Preallocate`].
@@ -137,10 +140,11 @@ impl Default for Config {
             small_request: 1 << 20,
             small_segment: 2 << 20,
             medium_request: 10 << 20,
-            medium_segment: 20 << 20,
+            medium_segment: 64 << 20,
             large_rounding: 256,
             min_split_remainder: 1 << 20,
             large_fit: 0.5,
+            relaxed_fit: true,
             max_segment_size: None,
             default_usage: 0,
         }
@@ -586,6 +590,23 @@ impl<B: Backend> Engine<B> {
             self.counters.cache_hits += 1;
             return Ok(self.take_block(b, rounded, req));
         }
+        if class == SegmentClass::Large
+            && self.config.relaxed_fit
+            && self.limit.is_none()
+            && self.over_soft_target(rounded)
+        {
+            // Growing would cross the headroom: a larger cached block, split, is
+            // better than a new segment.
+            let c = class_code(class);
+            if let Some(&(_, _, idx)) = self.pools[pool as usize]
+                .free
+                .range((c, rounded, 0)..(c + 1, 0, 0))
+                .next()
+            {
+                self.counters.cache_hits += 1;
+                return Ok(self.take_block(idx, rounded, req));
+            }
+        }
         self.counters.cache_misses += 1;
         let seg = self.new_segment(pool, class, rounded)?;
         let b = self.segments[seg as usize].as_ref().unwrap().first;
@@ -669,6 +690,19 @@ impl<B: Backend> Engine<B> {
                 Err(DeviceError::Other(m)) => return Err(Error::Device(m)),
             }
         }
+    }
+
+    fn over_soft_target(&self, rounded: u64) -> bool {
+        let Some(h) = self.config.headroom else {
+            return false;
+        };
+        let peak = self
+            .total
+            .allocated_bytes
+            .peak
+            .max(self.total.allocated_bytes.current + rounded);
+        let target = ((peak as f64 * (1.0 + h)) as u64).max(self.config.headroom_floor);
+        self.total.reserved_bytes.current + rounded > target
     }
 
     /// The largest aligned segment size in `rounded..=size` that keeps reserved under `cap`.

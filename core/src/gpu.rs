@@ -210,7 +210,7 @@ impl Inner {
 /// ```no_run
 /// # async fn demo(device: wgpu::Device, queue: wgpu::Queue) -> Result<(), vrampool::Error> {
 /// use vrampool::{AllocDesc, Pool, PoolOptions};
-/// let pool = Pool::new(device, queue, PoolOptions::default());
+/// let pool = Pool::new(device, queue, PoolOptions::default())?;
 /// let a = pool.alloc(AllocDesc::storage(1 << 20).label("activations"))?;
 /// // bind a.binding() in a bind group, or use a.slice(..) ...
 /// drop(a); // back to the pool, not to the driver
@@ -225,14 +225,11 @@ pub struct Pool {
 }
 
 impl Pool {
-    /// Makes a pool over `device`, sized by the device's `max_buffer_size`.
-    pub fn new(device: wgpu::Device, queue: wgpu::Queue, options: PoolOptions) -> Pool {
-        Self::try_new(device, queue, options).expect("invalid vrampool configuration")
-    }
-
-    /// Like [`Pool::new`], returning configuration errors (e.g. a fraction limit
-    /// without a capacity, or a preallocation the device refuses).
-    pub fn try_new(device: wgpu::Device, queue: wgpu::Queue, options: PoolOptions) -> Result<Pool> {
+    /// Makes a pool over `device`; the largest segment is the device's
+    /// `max_buffer_size`, offsets are aligned to its storage and uniform offset
+    /// alignments. Fails on a configuration that cannot work (a fraction limit
+    /// without [`Config::capacity`], a preallocation the device refuses).
+    pub fn new(device: wgpu::Device, queue: wgpu::Queue, options: PoolOptions) -> Result<Pool> {
         let limits = device.limits();
         let mut config = options.config;
         config.alignment = config

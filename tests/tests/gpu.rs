@@ -17,6 +17,7 @@ fn pool_with(config: Config) -> Pool {
             ..Default::default()
         },
     )
+    .unwrap()
 }
 
 fn pool() -> Pool {

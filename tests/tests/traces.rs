@@ -62,8 +62,16 @@ fn every_trace_replays_under_1_03x_peak_live() {
 
 #[test]
 fn unlimited_replay_keeps_reserved_within_1_10x_peak_live() {
-    // PyTorch: 1.123 / 1.193 / 2.035 with 231 / 359 / 67 device allocations.
-    for name in TRACES {
+    // PyTorch: ratio 1.123 / 1.193 / 2.035 with 231 / 359 / 67 device allocations.
+    // Ours at the time of writing: 1.090 / 1.088 / 1.090 with 176 / 126 / 173.
+    // batch_sweep still needs more device allocations than PyTorch (which holds
+    // 2× the memory instead); the bound below guards against regressions.
+    let max_device_allocs = [
+        ("gpt_train", 231),
+        ("resnet_train", 359),
+        ("batch_sweep", 200),
+    ];
+    for (name, max_allocs) in max_device_allocs {
         let t = load(name);
         let mut e = Engine::new(
             SimulatedDevice::with_max_buffer_size(DEVICE, MAX_BUFFER),
@@ -78,15 +86,13 @@ fn unlimited_replay_keeps_reserved_within_1_10x_peak_live() {
             r.reserved_ratio
         );
         assert!(r.reserved_ratio >= 1.0);
-        // Device allocations measured at the time of writing: 277 / 264 / 282.
-        // Guard against regressions (PyTorch's own counts are the target; see BENCHMARKS.md).
         assert!(
-            r.device_allocs <= 300,
-            "{name}: {} device allocations",
+            r.device_allocs <= max_allocs,
+            "{name}: {} device allocations (at most {max_allocs})",
             r.device_allocs
         );
         assert!(
-            r.cache_hits as f64 / r.allocs as f64 > 0.9,
+            r.cache_hits as f64 / r.allocs as f64 > 0.95,
             "{name}: hit rate"
         );
         e.check_invariants().unwrap();
@@ -95,11 +101,32 @@ fn unlimited_replay_keeps_reserved_within_1_10x_peak_live() {
 }
 
 #[test]
+fn budgets_from_1_02x_to_2x_never_oom() {
+    // No cliff above the minimum: a bigger budget never fails where a smaller one passed.
+    for name in TRACES {
+        let t = load(name);
+        for step in 0..=20 {
+            let x = 1.02 + step as f64 * 0.049;
+            let config = Config {
+                limit: Some(Limit::Bytes((t.peak_live as f64 * x) as u64)),
+                ..Config::default()
+            };
+            let mut e = Engine::new(
+                SimulatedDevice::with_max_buffer_size(DEVICE, MAX_BUFFER),
+                config,
+            )
+            .unwrap();
+            assert_eq!(replay(&mut e, &t, 0).ooms, 0, "{name} at {x:.3}x");
+        }
+    }
+}
+
+#[test]
 fn a_scaled_trace_replays_on_lavapipe() {
     // The real-device path of the replay engine: resnet scaled down 64× on Vulkan.
     let t = load("resnet_train").scaled(64);
     let (device, queue, _) = vrampool_tests::device();
-    let pool = vrampool::Pool::new(device, queue, Default::default());
+    let pool = vrampool::Pool::new(device, queue, Default::default()).unwrap();
     let mut live = std::collections::HashMap::new();
     for e in &t.events {
         match e.action {
@@ -116,7 +143,17 @@ fn a_scaled_trace_replays_on_lavapipe() {
     }
     let s = pool.stats();
     assert_eq!(s.total.allocated_bytes.current, 0);
-    let ratio = s.total.reserved_bytes.peak as f64 / t.peak_live as f64;
-    assert!(ratio < 1.25, "reserved/live on lavapipe {ratio:.3}");
+    // The binding adds nothing to the engine's decisions: the same replay on the
+    // simulated device, with the device's max_buffer_size, gives the same figures.
+    let max = pool.device().limits().max_buffer_size;
+    let mut sim = Engine::new(
+        SimulatedDevice::with_max_buffer_size(DEVICE, max),
+        Config::default(),
+    )
+    .unwrap();
+    let r = replay(&mut sim, &t, 0);
+    assert_eq!(s.total.reserved_bytes.peak, r.peak_reserved);
+    assert_eq!(s.counters.device_allocs, r.device_allocs);
+    assert_eq!(s.counters.cache_hits, r.cache_hits);
     assert!(s.counters.cache_hits as f64 / s.counters.allocs as f64 > 0.9);
 }
