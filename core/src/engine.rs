@@ -1116,6 +1116,7 @@ impl<B: Backend> Engine<B> {
             counters: self.counters,
             largest_free_block,
             releasable_bytes,
+            inactive_split_bytes: self.total.cached_bytes.current - releasable_bytes,
             limit: self.limit,
         }
     }

@@ -67,6 +67,23 @@ fn classify(oom: Option<wgpu::Error>, validation: Option<wgpu::Error>) -> Result
     }
 }
 
+impl WgpuBackend {
+    /// A backend over `device`, whose largest segment is the device's
+    /// `max_buffer_size`. `capacity` is the device memory for
+    /// [`Limit::Fraction`] (wgpu cannot query it).
+    ///
+    /// Drive an [`Engine`] with it to replay a trace on a real device:
+    /// `vrampool::replay(&mut Engine::new(WgpuBackend::new(&device, None), config)?, &trace, usage)`.
+    pub fn new(device: &wgpu::Device, capacity: Option<u64>) -> Self {
+        WgpuBackend {
+            device: device.clone(),
+            max_buffer_size: device.limits().max_buffer_size,
+            capacity,
+            deferred: None,
+        }
+    }
+}
+
 impl Backend for WgpuBackend {
     type Segment = wgpu::Buffer;
 
@@ -239,12 +256,7 @@ impl Pool {
         if config.default_usage == 0 {
             config.default_usage = GPU_USAGE.bits();
         }
-        let backend = WgpuBackend {
-            device: device.clone(),
-            max_buffer_size: limits.max_buffer_size,
-            capacity: config.capacity,
-            deferred: None,
-        };
+        let backend = WgpuBackend::new(&device, config.capacity);
         let mut engine = Engine::new(backend, config)?;
         engine.name_pool(GPU_USAGE.bits(), false, "gpu");
         let mappable_primary = device

@@ -105,8 +105,12 @@ pub struct PoolReport {
     pub stats: PoolStats,
 }
 
-/// What [`Engine::stats`](crate::Engine::stats) returns: everything
+/// What [`Engine::stats`](crate::Engine::stats) returns: what
 /// `torch.cuda.memory_stats()` gives, and fragmentation.
+///
+/// PyTorch's *active* bytes include blocks freed but still awaited by a stream;
+/// vrampool has no such state (wgpu's queue runs every earlier submission before
+/// the work of a block's next owner), so active equals allocated here.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Stats {
     /// All pools together.
@@ -120,6 +124,9 @@ pub struct Stats {
     pub largest_free_block: u64,
     /// Cached bytes in segments with no live block: what `empty_cache()` would release now.
     pub releasable_bytes: u64,
+    /// Cached bytes in segments that also hold live blocks: free but not
+    /// releasable (PyTorch's `inactive_split_bytes`), the cost of fragmentation.
+    pub inactive_split_bytes: u64,
     /// The hard limit in force.
     pub limit: Option<u64>,
 }
@@ -205,9 +212,10 @@ impl Stats {
         );
         let _ = writeln!(
             s,
-            "largest free block {}  releasable now {}  fragmentation {:.1}%  limit {}",
+            "largest free block {}  releasable now {}  inactive split {}  fragmentation {:.1}%  limit {}",
             fmt_bytes(self.largest_free_block),
             fmt_bytes(self.releasable_bytes),
+            fmt_bytes(self.inactive_split_bytes),
             100.0 * self.fragmentation(),
             self.limit.map(fmt_bytes).unwrap_or_else(|| "none".into())
         );

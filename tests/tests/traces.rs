@@ -156,4 +156,20 @@ fn a_scaled_trace_replays_on_lavapipe() {
     assert_eq!(s.counters.device_allocs, r.device_allocs);
     assert_eq!(s.counters.cache_hits, r.cache_hits);
     assert!(s.counters.cache_hits as f64 / s.counters.allocs as f64 > 0.9);
+
+    // And the replay engine drives the wgpu backend directly.
+    let mut real = Engine::new(
+        vrampool::WgpuBackend::new(pool.device(), None),
+        Config::default(),
+    )
+    .unwrap();
+    let rr = replay(&mut real, &t, wgpu::BufferUsages::STORAGE.bits());
+    assert_eq!(
+        (rr.ooms, rr.peak_reserved, rr.device_allocs),
+        (0, r.peak_reserved, r.device_allocs)
+    );
+    let held = real.stats().total.reserved_bytes.current;
+    assert!(held > 0, "the replay left its cache warm");
+    assert_eq!(real.empty_cache(), held);
+    assert_eq!(real.stats().total.reserved_bytes.current, 0);
 }
