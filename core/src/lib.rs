@@ -69,3 +69,8 @@ pub fn fmt_bytes(b: u64) -> String {
         format!("{v:.2} {}", UNITS[u])
     }
 }
+
+/// The README's examples compile as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;
