@@ -649,13 +649,7 @@ impl<B: Backend> Engine<B> {
             }
         }
         // Soft headroom: keep reserved within (1 + h) × peak allocated.
-        if let Some(h) = self.config.headroom {
-            let peak = self
-                .total
-                .allocated_bytes
-                .peak
-                .max(self.total.allocated_bytes.current + rounded);
-            let target = ((peak as f64 * (1.0 + h)) as u64).max(self.config.headroom_floor);
+        if let Some(target) = self.soft_target(rounded) {
             if self.total.reserved_bytes.current + size > target {
                 if size > rounded && self.total.reserved_bytes.current + rounded <= target {
                     size = self.fit(size, rounded, target);
@@ -692,17 +686,20 @@ impl<B: Backend> Engine<B> {
         }
     }
 
-    fn over_soft_target(&self, rounded: u64) -> bool {
-        let Some(h) = self.config.headroom else {
-            return false;
-        };
+    /// The soft headroom's cap on reserved bytes if `rounded` more were allocated.
+    fn soft_target(&self, rounded: u64) -> Option<u64> {
+        let h = self.config.headroom?;
         let peak = self
             .total
             .allocated_bytes
             .peak
             .max(self.total.allocated_bytes.current + rounded);
-        let target = ((peak as f64 * (1.0 + h)) as u64).max(self.config.headroom_floor);
-        self.total.reserved_bytes.current + rounded > target
+        Some(((peak as f64 * (1.0 + h)) as u64).max(self.config.headroom_floor))
+    }
+
+    fn over_soft_target(&self, rounded: u64) -> bool {
+        self.soft_target(rounded)
+            .is_some_and(|t| self.total.reserved_bytes.current + rounded > t)
     }
 
     /// The largest aligned segment size in `rounded..=size` that keeps reserved under `cap`.
@@ -1287,26 +1284,37 @@ impl<B: Backend> Engine<B> {
     }
 }
 
+/// One line naming live blocks (the first 16) with labels and sizes, or `None`
+/// when there are none: what the pool logs when it is dropped with live blocks.
+pub fn leak_report(leaks: &[Leak]) -> Option<String> {
+    if leaks.is_empty() {
+        return None;
+    }
+    let bytes: u64 = leaks.iter().map(|l| l.size).sum();
+    let names: Vec<String> = leaks
+        .iter()
+        .take(16)
+        .map(|l| {
+            format!(
+                "{} ({})",
+                l.label.as_deref().unwrap_or("unlabelled"),
+                crate::fmt_bytes(l.size)
+            )
+        })
+        .collect();
+    Some(format!(
+        "vrampool dropped with {} live blocks ({}): {}{}",
+        leaks.len(),
+        crate::fmt_bytes(bytes),
+        names.join(", "),
+        if leaks.len() > 16 { ", …" } else { "" }
+    ))
+}
+
 impl<B: Backend> Drop for Engine<B> {
     fn drop(&mut self) {
-        let leaks = self.leaks();
-        if !leaks.is_empty() {
-            let bytes: u64 = leaks.iter().map(|l| l.size).sum();
-            tracing::warn!(
-                blocks = leaks.len(),
-                bytes,
-                "vrampool dropped with live blocks: {}",
-                leaks
-                    .iter()
-                    .take(16)
-                    .map(|l| format!(
-                        "{} ({})",
-                        l.label.as_deref().unwrap_or("unlabelled"),
-                        crate::fmt_bytes(l.size)
-                    ))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
+        if let Some(report) = leak_report(&self.leaks()) {
+            tracing::warn!("{report}");
         }
     }
 }

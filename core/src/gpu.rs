@@ -505,22 +505,10 @@ impl Pool {
 
 impl Drop for Pool {
     fn drop(&mut self) {
-        let leaks = self.leaks();
-        if !leaks.is_empty() {
-            tracing::warn!(
-                "vrampool: pool dropped with {} live blocks: {}",
-                leaks.len(),
-                leaks
-                    .iter()
-                    .take(16)
-                    .map(|l| format!(
-                        "{} ({})",
-                        l.label.as_deref().unwrap_or("unlabelled"),
-                        crate::fmt_bytes(l.size)
-                    ))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
+        // Handles keep the device objects alive, so nothing dangles; but a
+        // block still live here is a leak the user wants to hear about.
+        if let Some(report) = crate::leak_report(&self.leaks()) {
+            tracing::warn!("{report}");
         }
     }
 }

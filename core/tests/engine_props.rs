@@ -316,4 +316,10 @@ fn leaks_name_their_labels() {
     );
     let json = serde_json::to_string(&e.snapshot()).unwrap();
     assert!(json.contains("kv-cache"));
+    let report = vrampool::leak_report(&leaks).unwrap();
+    assert!(
+        report.contains("1 live blocks (4.00 KiB): kv-cache (4.00 KiB)"),
+        "{report}"
+    );
+    assert!(vrampool::leak_report(&[]).is_none());
 }
