@@ -114,13 +114,14 @@ pub struct Config {
     /// A free block is split only if the remainder is at least this big
     /// (large class); smaller remainders stay inside the block.
     pub min_split_remainder: u64,
-    /// A cached large block serves a request only if the request fills at least
-    /// this fraction of it: a small tensor must not pin a huge segment
-    /// (PyTorch's `max_split_size` problem).
+    /// Under a hard limit, a cached large block serves a request only if the
+    /// request fills at least this fraction of it: a small tensor must not pin a
+    /// huge segment that the limit later needs whole (PyTorch's `max_split_size`
+    /// problem).
     pub large_fit: f64,
-    /// When a new segment would cross the headroom, serve a large request from
-    /// any larger cached block rather than grow.
-    pub relaxed_fit: bool,
+    /// The same without a hard limit, where the soft headroom bounds reserved
+    /// memory and splitting a cached block saves a device allocation.
+    pub large_fit_unlimited: f64,
     /// Largest segment the pool will create, if below the backend's limit.
     pub max_segment_size: Option<u64>,
     /// The pool used by [`Growth::Preallocate`].
@@ -134,7 +135,7 @@ impl Default for Config {
             capacity: None,
             cache_limit: None,
             growth: Growth::OnDemand,
-            headroom: Some(0.09),
+            headroom: Some(0.085),
             headroom_floor: 32 << 20,
             alignment: 256,
             small_request: 1 << 20,
@@ -144,7 +145,7 @@ impl Default for Config {
             large_rounding: 256,
             min_split_remainder: 1 << 20,
             large_fit: 0.5,
-            relaxed_fit: true,
+            large_fit_unlimited: 0.0,
             max_segment_size: None,
             default_usage: 0,
         }
@@ -590,23 +591,6 @@ impl<B: Backend> Engine<B> {
             self.counters.cache_hits += 1;
             return Ok(self.take_block(b, rounded, req));
         }
-        if class == SegmentClass::Large
-            && self.config.relaxed_fit
-            && self.limit.is_none()
-            && self.over_soft_target(rounded)
-        {
-            // Growing would cross the headroom: a larger cached block, split, is
-            // better than a new segment.
-            let c = class_code(class);
-            if let Some(&(_, _, idx)) = self.pools[pool as usize]
-                .free
-                .range((c, rounded, 0)..(c + 1, 0, 0))
-                .next()
-            {
-                self.counters.cache_hits += 1;
-                return Ok(self.take_block(idx, rounded, req));
-            }
-        }
         self.counters.cache_misses += 1;
         let seg = self.new_segment(pool, class, rounded)?;
         let b = self.segments[seg as usize].as_ref().unwrap().first;
@@ -619,7 +603,14 @@ impl<B: Backend> Engine<B> {
         let &(_, size, idx) = p.free.range((c, rounded, 0)..(c + 1, 0, 0)).next()?;
         let too_big = match class {
             SegmentClass::Exclusive => size > rounded + rounded / 4,
-            SegmentClass::Large => (rounded as f64) < size as f64 * self.config.large_fit,
+            SegmentClass::Large => {
+                let fit = if self.limit.is_some() {
+                    self.config.large_fit
+                } else {
+                    self.config.large_fit_unlimited
+                };
+                (rounded as f64) < size as f64 * fit
+            }
             _ => false,
         };
         if too_big {
@@ -695,11 +686,6 @@ impl<B: Backend> Engine<B> {
             .peak
             .max(self.total.allocated_bytes.current + rounded);
         Some(((peak as f64 * (1.0 + h)) as u64).max(self.config.headroom_floor))
-    }
-
-    fn over_soft_target(&self, rounded: u64) -> bool {
-        self.soft_target(rounded)
-            .is_some_and(|t| self.total.reserved_bytes.current + rounded > t)
     }
 
     /// The largest aligned segment size in `rounded..=size` that keeps reserved under `cap`.
