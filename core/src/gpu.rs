@@ -454,6 +454,12 @@ impl Pool {
         self.inner.engine().leaks()
     }
 
+    /// Checks the engine's invariants (see ARCHITECTURE.md); O(blocks), for tests
+    /// and debugging.
+    pub fn check_invariants(&self) -> std::result::Result<(), String> {
+        self.inner.engine().check_invariants()
+    }
+
     /// Sets or clears the hard limit; cached memory above it is released.
     pub fn set_limit(&self, limit: Option<Limit>) -> Result<()> {
         self.inner.engine().set_limit(limit)

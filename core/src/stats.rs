@@ -166,7 +166,7 @@ impl Stats {
             ("Requested memory", |p| (p.requested_bytes, true)),
             ("Allocated memory", |p| (p.allocated_bytes, true)),
             ("Reserved memory", |p| (p.reserved_bytes, true)),
-            ("Cached (non-releasable+free)", |p| (p.cached_bytes, true)),
+            ("Cached (free in segments)", |p| (p.cached_bytes, true)),
             ("Allocations", |p| (p.allocations, false)),
             ("Segments (device buffers)", |p| (p.segments, false)),
             ("Free blocks", |p| (p.free_blocks, false)),

@@ -1,0 +1,97 @@
+//! The RMM CSV reader: good logs parse, bad ones give one clear error naming the line.
+
+use std::io::Write;
+use vrampool::{Trace, trace::TraceError};
+
+const H: &str = "Thread,Time,Action,Pointer,Size,Stream\n";
+
+fn parse(body: &str) -> Result<Trace, TraceError> {
+    Trace::parse("t", format!("{H}{body}").as_bytes())
+}
+
+fn err(body: &str) -> String {
+    parse(body).unwrap_err().to_string()
+}
+
+#[test]
+fn a_good_log_parses_with_its_peak() {
+    let t = parse(
+        "0,1.0,allocate,0x10,1000,0x0\n0,1.1,allocate,0x20,500,0x0\n0,1.2,free,0x10,1000,0x0\n\
+         0,1.3,allocate failure,0x0,99999,0x0\n0,1.4,deallocate,0x20,500,0x0\n0,1.5,allocate,0x10,7,0x0\n",
+    )
+    .unwrap();
+    assert_eq!(t.events.len(), 5);
+    assert_eq!(t.peak_live, 1500);
+    assert_eq!(t.largest, 1000);
+    assert_eq!(t.skipped_failures, 1);
+    assert_eq!(t.allocations(), 3);
+    let s = t.scaled(10);
+    assert_eq!((s.peak_live, s.largest), (150, 100));
+}
+
+#[test]
+fn gzip_and_plain_read_the_same() {
+    let text = format!("{H}0,1,allocate,0x10,4096,0x0\n0,2,free,0x10,4096,0x0\n");
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(text.as_bytes()).unwrap();
+    let gz = gz.finish().unwrap();
+    let a = Trace::from_bytes("plain", text.as_bytes()).unwrap();
+    let b = Trace::from_bytes("gz", &gz).unwrap();
+    assert_eq!(a.events, b.events);
+    // Truncated gzip: an I/O error, not a panic or a silent short trace.
+    let e = Trace::from_bytes("cut", &gz[..gz.len() / 2]).unwrap_err();
+    assert!(matches!(e, TraceError::Io { .. }), "{e}");
+}
+
+#[test]
+fn bad_logs_name_the_line_and_the_problem() {
+    let cases = [
+        (
+            "0,1,allocate,0x10,abc,0x0\n",
+            "line 2: size `abc` is not a non-negative integer",
+        ),
+        (
+            "0,1,allocate,0x10,-5,0x0\n",
+            "line 2: size `-5` is not a non-negative integer",
+        ),
+        ("0,1,allocate,zz,5,0x0\n", "line 2: pointer `zz`"),
+        ("0,1,allocate,0x10,0,0x0\n", "line 2: allocation of size 0"),
+        ("0,1,grow,0x10,5,0x0\n", "line 2: unknown action `grow`"),
+        (
+            "0,1,allocate,0x10,5,0x0\n0,1,free,0x99,5,0x0\n",
+            "line 3: free of pointer 0x99, which is not live",
+        ),
+        (
+            "0,1,allocate,0x10,5,0x0\n0,1,free,0x10,5,0x0\n0,1,free,0x10,5,0x0\n",
+            "line 4: free of pointer 0x10",
+        ),
+        (
+            "0,1,allocate,0x10,5,0x0\n0,1,allocate,0x10,5,0x0\n",
+            "line 3: pointer 0x10 allocated again",
+        ),
+        ("0,1,allocate,0x10,5\n", "line 2: expected 6 columns"),
+        ("", "holds no allocation"),
+    ];
+    for (body, want) in cases {
+        let got = err(body);
+        assert!(
+            got.contains(want),
+            "for {body:?}: got `{got}`, want `{want}`"
+        );
+    }
+    let e = Trace::parse("t", b"a,b,c\n0,1,2\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("line 1: expected the RMM header"), "{e}");
+}
+
+#[test]
+fn a_missing_file_names_the_path() {
+    let e = Trace::open("/nonexistent/trace.csv")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with("cannot read trace /nonexistent/trace.csv:"),
+        "{e}"
+    );
+}
