@@ -11,8 +11,20 @@ pub const TAG_WGSL: &str = include_str!("../../shaders/tag.wgsl");
 /// A real device on the first Vulkan adapter (Mesa lavapipe on CI), with the
 /// adapter's own limits. Panics with what to install when there is none.
 pub fn device() -> (wgpu::Device, wgpu::Queue, wgpu::AdapterInfo) {
+    device_with_budget(None)
+}
+
+/// Like [`device`], with wgpu's `MemoryBudgetThresholds::for_resource_creation`
+/// set: buffer creation beyond that percent of the driver's memory budget fails
+/// with a real out-of-memory error (where the driver reports a budget,
+/// `VK_EXT_memory_budget`), without exhausting the machine.
+pub fn device_with_budget(percent: Option<u8>) -> (wgpu::Device, wgpu::Queue, wgpu::AdapterInfo) {
     let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
         backends: wgpu::Backends::VULKAN,
+        memory_budget_thresholds: wgpu::MemoryBudgetThresholds {
+            for_resource_creation: percent,
+            for_device_loss: None,
+        },
         ..wgpu::InstanceDescriptor::new_without_display_handle()
     });
     let adapter =
