@@ -109,6 +109,12 @@ pub struct Config {
     pub medium_request: u64,
     /// Size of a medium segment.
     pub medium_segment: u64,
+    /// Without a hard limit, a new small segment is at least this fraction of
+    /// the bytes small segments already hold (0 = always `small_segment`), up
+    /// to `max_small_segment`: fewer device allocations as a workload grows.
+    pub small_segment_growth: f64,
+    /// Cap on grown small segments.
+    pub max_small_segment: u64,
     /// Large segments are rounded up to a multiple of this.
     pub large_rounding: u64,
     /// A free block is split only if the remainder is at least this big
@@ -142,6 +148,8 @@ impl Default for Config {
             small_segment: 2 << 20,
             medium_request: 10 << 20,
             medium_segment: 64 << 20,
+            small_segment_growth: 0.5,
+            max_small_segment: 32 << 20,
             large_rounding: 256,
             min_split_remainder: 1 << 20,
             large_fit: 0.5,
@@ -542,8 +550,27 @@ impl<B: Backend> Engine<B> {
     }
 
     fn segment_size(&self, rounded: u64, class: SegmentClass) -> u64 {
+        let grown = |base: u64| {
+            // Under a hard limit, small segments stay small: a grown one is
+            // harder to empty, and the limit may need it back.
+            if self.config.small_segment_growth <= 0.0 || self.limit.is_some() {
+                return base;
+            }
+            let held: u64 = self
+                .segments
+                .iter()
+                .flatten()
+                .filter(|s| s.class == class)
+                .map(|s| s.size)
+                .sum();
+            let g = round_up(
+                (held as f64 * self.config.small_segment_growth) as u64,
+                base,
+            );
+            g.clamp(base, self.config.max_small_segment.max(base))
+        };
         let s = match class {
-            SegmentClass::Small => self.config.small_segment.max(rounded),
+            SegmentClass::Small => grown(self.config.small_segment).max(rounded),
             SegmentClass::Medium => self.config.medium_segment.max(rounded),
             SegmentClass::Large => round_up(rounded, self.config.large_rounding.max(1)),
             SegmentClass::Exclusive | SegmentClass::Preallocated => rounded,
