@@ -7,158 +7,16 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::backend::{Backend, DeviceError, SegmentDesc};
+pub use crate::config::{Config, Growth, Limit};
 use crate::error::{Error, OomInfo, Result};
+pub use crate::snapshot::{
+    Leak, Snapshot, SnapshotBlock, SnapshotSegment, SnapshotState, leak_report,
+};
 use crate::stats::{Counters, PoolReport, PoolStats, Stats};
 use crate::trace::Recorder;
 
 const NONE: u32 = u32::MAX;
-
-/// What a backend reports when it cannot create a segment.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum DeviceError {
-    /// The device has no memory left for a buffer of this size.
-    #[error("the device is out of memory")]
-    OutOfMemory,
-    /// The device was lost or destroyed.
-    #[error("device lost: {0}")]
-    Lost(String),
-    /// Any other refusal, with the device's message.
-    #[error("{0}")]
-    Other(String),
-}
-
-/// How a segment is to be created.
-#[derive(Debug, Clone, Copy)]
-pub struct SegmentDesc<'a> {
-    /// Size in bytes.
-    pub size: u64,
-    /// Usage bits of the pool the segment belongs to (wgpu's `BufferUsages` bits in the binding).
-    pub usage: u32,
-    /// A label for debuggers, e.g. `vrampool storage segment 3`.
-    pub label: &'a str,
-}
-
-/// Where the engine gets device memory from: create a segment of N bytes,
-/// destroy a segment. Implemented by the simulated device and by wgpu.
-pub trait Backend {
-    /// The device object behind one segment (a `wgpu::Buffer`, or nothing).
-    type Segment;
-    /// Creates a segment, or says why not.
-    fn create_segment(&mut self, desc: &SegmentDesc<'_>) -> Result<Self::Segment, DeviceError>;
-    /// Gives a segment back to the device.
-    fn destroy_segment(&mut self, segment: Self::Segment);
-    /// Called after a batch of destroys, so the device can really free them (wgpu: poll).
-    fn flush_releases(&mut self) {}
-    /// The largest segment the device can create (wgpu: `max_buffer_size`).
-    fn max_segment_size(&self) -> u64;
-    /// Total device memory, if known; used by [`Limit::Fraction`].
-    fn capacity(&self) -> Option<u64> {
-        None
-    }
-}
-
-/// A hard cap on reserved bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub enum Limit {
-    /// At most this many bytes.
-    Bytes(u64),
-    /// At most this fraction of the capacity (given in [`Config::capacity`] or
-    /// reported by the backend), like `set_per_process_memory_fraction`.
-    Fraction(f64),
-}
-
-/// Whether the pool grows on demand or reserves memory up front.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-pub enum Growth {
-    /// Create segments as requests need them (TensorFlow's `set_memory_growth(True)`).
-    #[default]
-    OnDemand,
-    /// Reserve this many bytes in one segment of the default pool at start
-    /// (JAX's preallocation). The segment is pinned: trims and `empty_cache()` keep it.
-    Preallocate(u64),
-}
-
-/// How the engine places and releases memory. [`Config::default`] is the
-/// measured default; see BENCHMARKS.md.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Config {
-    /// Hard cap on reserved bytes; `None` means only the device limits.
-    pub limit: Option<Limit>,
-    /// Device capacity for [`Limit::Fraction`], overriding the backend's.
-    pub capacity: Option<u64>,
-    /// Free bytes in fully-free segments above this are released after each free
-    /// (MLX's `set_cache_limit`; 0 turns caching off).
-    pub cache_limit: Option<u64>,
-    /// Growth on demand or preallocation.
-    pub growth: Growth,
-    /// Soft headroom: without a hard limit, the pool keeps reserved bytes under
-    /// `(1 + headroom) × peak allocated` by releasing unused cached segments
-    /// before it creates a new one. `None` disables it (cache everything).
-    pub headroom: Option<f64>,
-    /// The soft headroom does not act while reserved bytes are below this, so
-    /// small workloads still pack their blocks into shared segments.
-    pub headroom_floor: u64,
-    /// Offset alignment and size granularity of blocks (wgpu's
-    /// `min_storage_buffer_offset_alignment`, 256).
-    pub alignment: u64,
-    /// Requests up to this size are small: packed into small segments.
-    pub small_request: u64,
-    /// Size of a small segment.
-    pub small_segment: u64,
-    /// Requests up to this size (and above `small_request`) share medium segments.
-    pub medium_request: u64,
-    /// Size of a medium segment.
-    pub medium_segment: u64,
-    /// Without a hard limit, a new small segment is at least this fraction of
-    /// the bytes small segments already hold (0 = always `small_segment`), up
-    /// to `max_small_segment`: fewer device allocations as a workload grows.
-    pub small_segment_growth: f64,
-    /// Cap on grown small segments.
-    pub max_small_segment: u64,
-    /// Large segments are rounded up to a multiple of this.
-    pub large_rounding: u64,
-    /// A free block is split only if the remainder is at least this big
-    /// (large class); smaller remainders stay inside the block.
-    pub min_split_remainder: u64,
-    /// Under a hard limit, a cached large block serves a request only if the
-    /// request fills at least this fraction of it: a small tensor must not pin a
-    /// huge segment that the limit later needs whole (PyTorch's `max_split_size`
-    /// problem).
-    pub large_fit: f64,
-    /// The same without a hard limit, where the soft headroom bounds reserved
-    /// memory and splitting a cached block saves a device allocation.
-    pub large_fit_unlimited: f64,
-    /// Largest segment the pool will create, if below the backend's limit.
-    pub max_segment_size: Option<u64>,
-    /// The pool used by [`Growth::Preallocate`].
-    pub default_usage: u32,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            limit: None,
-            capacity: None,
-            cache_limit: None,
-            growth: Growth::OnDemand,
-            headroom: Some(0.085),
-            headroom_floor: 32 << 20,
-            alignment: 256,
-            small_request: 1 << 20,
-            small_segment: 2 << 20,
-            medium_request: 10 << 20,
-            medium_segment: 64 << 20,
-            small_segment_growth: 0.5,
-            max_small_segment: 32 << 20,
-            large_rounding: 256,
-            min_split_remainder: 1 << 20,
-            large_fit: 0.5,
-            large_fit_unlimited: 0.0,
-            max_segment_size: None,
-            default_usage: 0,
-        }
-    }
-}
 
 /// What to allocate.
 #[derive(Debug, Clone, Default)]
@@ -273,69 +131,6 @@ struct Pool {
     /// Free blocks by (class, size, index): best fit is the first at or above the request.
     free: BTreeSet<(u8, u64, u32)>,
     stats: PoolStats,
-}
-
-/// The state of one block in a [`Snapshot`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum SnapshotState {
-    /// Handed out.
-    Live,
-    /// Cached, ready for reuse.
-    Free,
-}
-
-/// One block in a [`Snapshot`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SnapshotBlock {
-    /// Offset in its segment.
-    pub offset: u64,
-    /// Size in bytes.
-    pub size: u64,
-    /// Bytes asked for (0 for free blocks).
-    pub requested: u64,
-    /// Live or free.
-    pub state: SnapshotState,
-    /// The allocation's label.
-    pub label: Option<String>,
-}
-
-/// One segment in a [`Snapshot`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SnapshotSegment {
-    /// Segment id.
-    pub id: u32,
-    /// Pool name.
-    pub pool: String,
-    /// Usage bits.
-    pub usage: u32,
-    /// Size class.
-    pub class: SegmentClass,
-    /// Size in bytes.
-    pub size: u64,
-    /// The address used in recorded traces.
-    pub address: u64,
-    /// Pinned by preallocation.
-    pub pinned: bool,
-    /// Blocks in offset order; they tile the segment.
-    pub blocks: Vec<SnapshotBlock>,
-}
-
-/// Segments → blocks, like `torch.cuda.memory_snapshot()`. Serialisable.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
-pub struct Snapshot {
-    /// Every segment.
-    pub segments: Vec<SnapshotSegment>,
-}
-
-/// A block still live when the pool was dropped or checked.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Leak {
-    /// Size in bytes.
-    pub size: u64,
-    /// Pool name.
-    pub pool: String,
-    /// The allocation's label, if it had one.
-    pub label: Option<String>,
 }
 
 /// An observer called with the pool's state whenever a request fails for lack of memory.
@@ -1295,33 +1090,6 @@ impl<B: Backend> Engine<B> {
         }
         Ok(())
     }
-}
-
-/// One line naming live blocks (the first 16) with labels and sizes, or `None`
-/// when there are none: what the pool logs when it is dropped with live blocks.
-pub fn leak_report(leaks: &[Leak]) -> Option<String> {
-    if leaks.is_empty() {
-        return None;
-    }
-    let bytes: u64 = leaks.iter().map(|l| l.size).sum();
-    let names: Vec<String> = leaks
-        .iter()
-        .take(16)
-        .map(|l| {
-            format!(
-                "{} ({})",
-                l.label.as_deref().unwrap_or("unlabelled"),
-                crate::fmt_bytes(l.size)
-            )
-        })
-        .collect();
-    Some(format!(
-        "vrampool dropped with {} live blocks ({}): {}{}",
-        leaks.len(),
-        crate::fmt_bytes(bytes),
-        names.join(", "),
-        if leaks.len() > 16 { ", …" } else { "" }
-    ))
 }
 
 impl<B: Backend> Drop for Engine<B> {

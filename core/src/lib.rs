@@ -32,9 +32,12 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod backend;
+mod config;
 mod engine;
 mod error;
 mod sim;
+mod snapshot;
 mod stats;
 pub mod trace;
 

@@ -1,0 +1,45 @@
+//! The two-method interface between the engine and a device.
+
+/// What a backend reports when it cannot create a segment.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DeviceError {
+    /// The device has no memory left for a buffer of this size.
+    #[error("the device is out of memory")]
+    OutOfMemory,
+    /// The device was lost or destroyed.
+    #[error("device lost: {0}")]
+    Lost(String),
+    /// Any other refusal, with the device's message.
+    #[error("{0}")]
+    Other(String),
+}
+
+/// How a segment is to be created.
+#[derive(Debug, Clone, Copy)]
+pub struct SegmentDesc<'a> {
+    /// Size in bytes.
+    pub size: u64,
+    /// Usage bits of the pool the segment belongs to (wgpu's `BufferUsages` bits in the binding).
+    pub usage: u32,
+    /// A label for debuggers, e.g. `vrampool storage segment 3`.
+    pub label: &'a str,
+}
+
+/// Where the engine gets device memory from: create a segment of N bytes,
+/// destroy a segment. Implemented by the simulated device and by wgpu.
+pub trait Backend {
+    /// The device object behind one segment (a `wgpu::Buffer`, or nothing).
+    type Segment;
+    /// Creates a segment, or says why not.
+    fn create_segment(&mut self, desc: &SegmentDesc<'_>) -> Result<Self::Segment, DeviceError>;
+    /// Gives a segment back to the device.
+    fn destroy_segment(&mut self, segment: Self::Segment);
+    /// Called after a batch of destroys, so the device can really free them (wgpu: poll).
+    fn flush_releases(&mut self) {}
+    /// The largest segment the device can create (wgpu: `max_buffer_size`).
+    fn max_segment_size(&self) -> u64;
+    /// Total device memory, if known; used by [`Limit::Fraction`](crate::Limit::Fraction).
+    fn capacity(&self) -> Option<u64> {
+        None
+    }
+}

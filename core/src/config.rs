@@ -1,0 +1,106 @@
+//! How the engine places and releases memory.
+
+use serde::{Deserialize, Serialize};
+
+/// A hard cap on reserved bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub enum Limit {
+    /// At most this many bytes.
+    Bytes(u64),
+    /// At most this fraction of the capacity (given in [`Config::capacity`] or
+    /// reported by the backend), like `set_per_process_memory_fraction`.
+    Fraction(f64),
+}
+
+/// Whether the pool grows on demand or reserves memory up front.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub enum Growth {
+    /// Create segments as requests need them (TensorFlow's `set_memory_growth(True)`).
+    #[default]
+    OnDemand,
+    /// Reserve this many bytes in one segment of the default pool at start
+    /// (JAX's preallocation). The segment is pinned: trims and `empty_cache()` keep it.
+    Preallocate(u64),
+}
+
+/// How the engine places and releases memory. [`Config::default`] is the
+/// measured default; see BENCHMARKS.md.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Config {
+    /// Hard cap on reserved bytes; `None` means only the device limits.
+    pub limit: Option<Limit>,
+    /// Device capacity for [`Limit::Fraction`], overriding the backend's.
+    pub capacity: Option<u64>,
+    /// Free bytes in fully-free segments above this are released after each free
+    /// (MLX's `set_cache_limit`; 0 turns caching off).
+    pub cache_limit: Option<u64>,
+    /// Growth on demand or preallocation.
+    pub growth: Growth,
+    /// Soft headroom: without a hard limit, the pool keeps reserved bytes under
+    /// `(1 + headroom) × peak allocated` by releasing unused cached segments
+    /// before it creates a new one. `None` disables it (cache everything).
+    pub headroom: Option<f64>,
+    /// The soft headroom does not act while reserved bytes are below this, so
+    /// small workloads still pack their blocks into shared segments.
+    pub headroom_floor: u64,
+    /// Offset alignment and size granularity of blocks (wgpu's
+    /// `min_storage_buffer_offset_alignment`, 256).
+    pub alignment: u64,
+    /// Requests up to this size are small: packed into small segments.
+    pub small_request: u64,
+    /// Size of a small segment.
+    pub small_segment: u64,
+    /// Requests up to this size (and above `small_request`) share medium segments.
+    pub medium_request: u64,
+    /// Size of a medium segment.
+    pub medium_segment: u64,
+    /// Without a hard limit, a new small segment is at least this fraction of
+    /// the bytes small segments already hold (0 = always `small_segment`), up
+    /// to `max_small_segment`: fewer device allocations as a workload grows.
+    pub small_segment_growth: f64,
+    /// Cap on grown small segments.
+    pub max_small_segment: u64,
+    /// Large segments are rounded up to a multiple of this.
+    pub large_rounding: u64,
+    /// A free block is split only if the remainder is at least this big
+    /// (large class); smaller remainders stay inside the block.
+    pub min_split_remainder: u64,
+    /// Under a hard limit, a cached large block serves a request only if the
+    /// request fills at least this fraction of it: a small tensor must not pin a
+    /// huge segment that the limit later needs whole (PyTorch's `max_split_size`
+    /// problem).
+    pub large_fit: f64,
+    /// The same without a hard limit, where the soft headroom bounds reserved
+    /// memory and splitting a cached block saves a device allocation.
+    pub large_fit_unlimited: f64,
+    /// Largest segment the pool will create, if below the backend's limit.
+    pub max_segment_size: Option<u64>,
+    /// The pool used by [`Growth::Preallocate`].
+    pub default_usage: u32,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            limit: None,
+            capacity: None,
+            cache_limit: None,
+            growth: Growth::OnDemand,
+            headroom: Some(0.085),
+            headroom_floor: 32 << 20,
+            alignment: 256,
+            small_request: 1 << 20,
+            small_segment: 2 << 20,
+            medium_request: 10 << 20,
+            medium_segment: 64 << 20,
+            small_segment_growth: 0.5,
+            max_small_segment: 32 << 20,
+            large_rounding: 256,
+            min_split_remainder: 1 << 20,
+            large_fit: 0.5,
+            large_fit_unlimited: 0.0,
+            max_segment_size: None,
+            default_usage: 0,
+        }
+    }
+}
