@@ -23,6 +23,90 @@ pub enum Growth {
     Preallocate(u64),
 }
 
+/// Where requests go: size classes, segment sizes and when a cached block may
+/// be split. The engine uses [`Config::under_limit`] while a hard limit is set
+/// and [`Config::without_limit`] otherwise; the two defaults are measured on
+/// the shared PyTorch traces (BENCHMARKS.md).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Placement {
+    /// Requests up to this size are small: packed into small segments.
+    pub small_request: u64,
+    /// Size of a small segment.
+    pub small_segment: u64,
+    /// A new small segment is at least this fraction of the bytes small
+    /// segments already hold (0 = always `small_segment`), up to
+    /// `max_small_segment`: fewer device allocations as a workload grows.
+    pub small_segment_growth: f64,
+    /// Cap on grown small segments.
+    pub max_small_segment: u64,
+    /// Requests up to this size (and above `small_request`) share medium segments.
+    pub medium_request: u64,
+    /// Size of a medium segment.
+    pub medium_segment: u64,
+    /// Larger requests get a segment of their own, rounded up to a multiple of this.
+    pub large_rounding: u64,
+    /// A large free block is split only if the remainder is at least this big;
+    /// smaller remainders stay inside the block.
+    pub min_split_remainder: u64,
+    /// A cached large block serves a request only if the request fills at least
+    /// this fraction of it (0 = any larger block is split).
+    pub large_fit: f64,
+    /// A cached block of at least `split_guard × headroom × peak allocated`
+    /// bytes follows [`Placement::GUARDED_FIT`] whatever `large_fit` says: a small block left
+    /// in it would pin more than the headroom. `None` splits every block by
+    /// `large_fit`.
+    pub split_guard: Option<f64>,
+    /// Small and medium requests may split a cached large block before a new
+    /// segment is made.
+    pub reuse_large_blocks: bool,
+}
+
+impl Placement {
+    /// The fit that guarded blocks follow (see [`Placement::split_guard`]).
+    pub const GUARDED_FIT: f64 = 0.5;
+
+    /// For a pool under a hard limit: tight packing that never pins memory the
+    /// limit may need back. A small tensor never lands in a large segment, and a
+    /// cached large block serves only requests that fill three quarters of it —
+    /// the failure PyTorch's `max_split_size` exists for (a 728 MB tensor pinning
+    /// a 1.53 GiB logits segment once raised gpt_train's minimum budget from
+    /// 1.007 × to 1.10 ×).
+    pub fn under_limit() -> Self {
+        Placement {
+            small_request: 1 << 20,
+            small_segment: 2 << 20,
+            small_segment_growth: 0.0,
+            max_small_segment: 2 << 20,
+            medium_request: 4 << 20,
+            medium_segment: 32 << 20,
+            large_rounding: 256,
+            min_split_remainder: 1 << 20,
+            large_fit: 0.75,
+            split_guard: None,
+            reuse_large_blocks: false,
+        }
+    }
+
+    /// For a pool that grows on demand: fewer, bigger segments, and cached
+    /// blocks split freely, except blocks so big that pinning one would cost
+    /// more than the headroom.
+    pub fn without_limit() -> Self {
+        Placement {
+            small_request: 1 << 20,
+            small_segment: 2 << 20,
+            small_segment_growth: 0.5,
+            max_small_segment: 32 << 20,
+            medium_request: 192 << 20,
+            medium_segment: 384 << 20,
+            large_rounding: 256,
+            min_split_remainder: 1 << 20,
+            large_fit: 0.0,
+            split_guard: Some(1.0),
+            reuse_large_blocks: true,
+        }
+    }
+}
+
 /// How the engine places and releases memory. [`Config::default`] is the
 /// measured default; see BENCHMARKS.md.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -36,7 +120,7 @@ pub struct Config {
     pub cache_limit: Option<u64>,
     /// Growth on demand or preallocation.
     pub growth: Growth,
-    /// Soft headroom: without a hard limit, the pool keeps reserved bytes under
+    /// Soft headroom: without a hard limit, the pool keeps reserved bytes near
     /// `(1 + headroom) × peak allocated` by releasing unused cached segments
     /// before it creates a new one. `None` disables it (cache everything).
     pub headroom: Option<f64>,
@@ -46,33 +130,10 @@ pub struct Config {
     /// Offset alignment and size granularity of blocks (wgpu's
     /// `min_storage_buffer_offset_alignment`, 256).
     pub alignment: u64,
-    /// Requests up to this size are small: packed into small segments.
-    pub small_request: u64,
-    /// Size of a small segment.
-    pub small_segment: u64,
-    /// Requests up to this size (and above `small_request`) share medium segments.
-    pub medium_request: u64,
-    /// Size of a medium segment.
-    pub medium_segment: u64,
-    /// Without a hard limit, a new small segment is at least this fraction of
-    /// the bytes small segments already hold (0 = always `small_segment`), up
-    /// to `max_small_segment`: fewer device allocations as a workload grows.
-    pub small_segment_growth: f64,
-    /// Cap on grown small segments.
-    pub max_small_segment: u64,
-    /// Large segments are rounded up to a multiple of this.
-    pub large_rounding: u64,
-    /// A free block is split only if the remainder is at least this big
-    /// (large class); smaller remainders stay inside the block.
-    pub min_split_remainder: u64,
-    /// Under a hard limit, a cached large block serves a request only if the
-    /// request fills at least this fraction of it: a small tensor must not pin a
-    /// huge segment that the limit later needs whole (PyTorch's `max_split_size`
-    /// problem).
-    pub large_fit: f64,
-    /// The same without a hard limit, where the soft headroom bounds reserved
-    /// memory and splitting a cached block saves a device allocation.
-    pub large_fit_unlimited: f64,
+    /// Placement while a hard limit is set.
+    pub under_limit: Placement,
+    /// Placement while no hard limit is set.
+    pub without_limit: Placement,
     /// Largest segment the pool will create, if below the backend's limit.
     pub max_segment_size: Option<u64>,
     /// The pool used by [`Growth::Preallocate`].
@@ -89,16 +150,8 @@ impl Default for Config {
             headroom: Some(0.085),
             headroom_floor: 32 << 20,
             alignment: 256,
-            small_request: 1 << 20,
-            small_segment: 2 << 20,
-            medium_request: 10 << 20,
-            medium_segment: 64 << 20,
-            small_segment_growth: 0.5,
-            max_small_segment: 32 << 20,
-            large_rounding: 256,
-            min_split_remainder: 1 << 20,
-            large_fit: 0.5,
-            large_fit_unlimited: 0.0,
+            under_limit: Placement::under_limit(),
+            without_limit: Placement::without_limit(),
             max_segment_size: None,
             default_usage: 0,
         }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 pub use crate::backend::{Backend, DeviceError, SegmentDesc};
-pub use crate::config::{Config, Growth, Limit};
+pub use crate::config::{Config, Growth, Limit, Placement};
 use crate::error::{Error, OomInfo, Result};
 pub use crate::snapshot::{
     Leak, Snapshot, SnapshotBlock, SnapshotSegment, SnapshotState, leak_report,
@@ -335,39 +335,49 @@ impl<B: Backend> Engine<B> {
     fn class_of(&self, rounded: u64, exclusive: bool) -> SegmentClass {
         if exclusive {
             SegmentClass::Exclusive
-        } else if rounded <= self.config.small_request {
+        } else if rounded <= self.placement().small_request {
             SegmentClass::Small
-        } else if rounded <= self.config.medium_request {
+        } else if rounded <= self.placement().medium_request {
             SegmentClass::Medium
         } else {
             SegmentClass::Large
         }
     }
 
+    /// The placement profile in force: [`Config::under_limit`] while a hard
+    /// limit is set, [`Config::without_limit`] otherwise.
+    fn placement(&self) -> &Placement {
+        if self.limit.is_some() {
+            &self.config.under_limit
+        } else {
+            &self.config.without_limit
+        }
+    }
+
+    /// A new small segment grows with what small segments already hold (see
+    /// [`Placement::small_segment_growth`]).
+    fn grown_small_segment(&self) -> u64 {
+        let p = self.placement();
+        let base = p.small_segment;
+        if p.small_segment_growth <= 0.0 {
+            return base;
+        }
+        let held: u64 = self
+            .segments
+            .iter()
+            .flatten()
+            .filter(|s| s.class == SegmentClass::Small)
+            .map(|s| s.size)
+            .sum();
+        round_up((held as f64 * p.small_segment_growth) as u64, base)
+            .clamp(base, p.max_small_segment.max(base))
+    }
+
     fn segment_size(&self, rounded: u64, class: SegmentClass) -> u64 {
-        let grown = |base: u64| {
-            // Under a hard limit, small segments stay small: a grown one is
-            // harder to empty, and the limit may need it back.
-            if self.config.small_segment_growth <= 0.0 || self.limit.is_some() {
-                return base;
-            }
-            let held: u64 = self
-                .segments
-                .iter()
-                .flatten()
-                .filter(|s| s.class == class)
-                .map(|s| s.size)
-                .sum();
-            let g = round_up(
-                (held as f64 * self.config.small_segment_growth) as u64,
-                base,
-            );
-            g.clamp(base, self.config.max_small_segment.max(base))
-        };
         let s = match class {
-            SegmentClass::Small => grown(self.config.small_segment).max(rounded),
-            SegmentClass::Medium => self.config.medium_segment.max(rounded),
-            SegmentClass::Large => round_up(rounded, self.config.large_rounding.max(1)),
+            SegmentClass::Small => self.grown_small_segment().max(rounded),
+            SegmentClass::Medium => self.placement().medium_segment.max(rounded),
+            SegmentClass::Large => round_up(rounded, self.placement().large_rounding.max(1)),
             SegmentClass::Exclusive | SegmentClass::Preallocated => rounded,
         };
         s.min(self.max_segment).max(rounded)
@@ -409,6 +419,17 @@ impl<B: Backend> Engine<B> {
         } else {
             self.find_free(pool, class, rounded)
         };
+        // A small or medium request may split a cached large block before a new
+        // segment is made (without a hard limit): the space a large tensor left
+        // behind serves the small ones of the next phase.
+        let found = found.or_else(|| {
+            let packed = matches!(class, SegmentClass::Small | SegmentClass::Medium);
+            if packed && self.placement().reuse_large_blocks {
+                self.find_free(pool, SegmentClass::Large, rounded)
+            } else {
+                None
+            }
+        });
         if let Some(b) = found {
             self.counters.cache_hits += 1;
             return Ok(self.take_block(b, rounded, req));
@@ -419,6 +440,9 @@ impl<B: Backend> Engine<B> {
         Ok(self.take_block(b, rounded, req))
     }
 
+    /// Best fit: the smallest free block of `class` that holds `rounded`, if
+    /// the fit rules let it serve the request. Blocks are ordered by size, so
+    /// when the smallest candidate is refused, every larger one would be too.
     fn find_free(&self, pool: u16, class: SegmentClass, rounded: u64) -> Option<u32> {
         let p = &self.pools[pool as usize];
         let c = class_code(class);
@@ -426,10 +450,10 @@ impl<B: Backend> Engine<B> {
         let too_big = match class {
             SegmentClass::Exclusive => size > rounded + rounded / 4,
             SegmentClass::Large => {
-                let fit = if self.limit.is_some() {
-                    self.config.large_fit
+                let fit = if self.split_guarded(size) {
+                    Placement::GUARDED_FIT
                 } else {
-                    self.config.large_fit_unlimited
+                    self.placement().large_fit
                 };
                 (rounded as f64) < size as f64 * fit
             }
@@ -439,6 +463,15 @@ impl<B: Backend> Engine<B> {
             return None;
         }
         Some(idx)
+    }
+
+    /// Whether a cached large block is too big to be split freely: pinning it
+    /// with a small block could by itself cost more than the headroom allows.
+    fn split_guarded(&self, block: u64) -> bool {
+        self.placement().split_guard.is_some_and(|k| {
+            let h = self.config.headroom.unwrap_or(0.0);
+            block as f64 >= k * h * self.total.allocated_bytes.peak as f64
+        })
     }
 
     /// Creates a segment for a request, releasing cached memory as the limits require.
@@ -484,13 +517,14 @@ impl<B: Backend> Engine<B> {
                 label: &label,
             }) {
                 Ok(payload) => return Ok(self.insert_segment(payload, pool, class, size)),
+                // The device refused: first ask for just the request instead of a
+                // packed segment, then release the whole cache and ask once more.
+                Err(DeviceError::OutOfMemory) if size > rounded => size = rounded,
                 Err(DeviceError::OutOfMemory) if !retried => {
                     self.counters.alloc_retries += 1;
                     retried = true;
                     self.release(u64::MAX);
-                    size = rounded;
                 }
-                Err(DeviceError::OutOfMemory) if size > rounded => size = rounded,
                 Err(DeviceError::OutOfMemory) => return Err(self.oom(rounded, true)),
                 Err(DeviceError::Lost(why)) => {
                     self.lost = Some(why.clone());
@@ -614,7 +648,7 @@ impl<B: Backend> Engine<B> {
         let remainder = size - rounded;
         let split = match class {
             SegmentClass::Exclusive => false,
-            SegmentClass::Large => remainder >= self.config.min_split_remainder,
+            SegmentClass::Large => remainder >= self.placement().min_split_remainder,
             _ => remainder >= self.config.alignment,
         };
         let block_size = if split {

@@ -46,8 +46,8 @@ mod gpu;
 
 pub use engine::{
     Allocation, Backend, BlockId, Config, DeviceError, Engine, Growth, Leak, Limit, OomObserver,
-    Request, SegmentClass, SegmentDesc, SegmentId, Snapshot, SnapshotBlock, SnapshotSegment,
-    SnapshotState, leak_report,
+    Placement, Request, SegmentClass, SegmentDesc, SegmentId, Snapshot, SnapshotBlock,
+    SnapshotSegment, SnapshotState, leak_report,
 };
 pub use error::{Error, OomInfo, Result};
 pub use sim::{SimSegment, SimulatedDevice};

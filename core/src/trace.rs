@@ -254,10 +254,22 @@ impl Trace {
     /// trace larger than a device can run on it.
     pub fn scaled(&self, scale: u64) -> Trace {
         let scale = scale.max(1);
+        self.map_sizes(|s| (s / scale).max(1))
+    }
+
+    /// Returns a copy with every size multiplied by `factor` and rounded up to
+    /// PyTorch's 512-byte granularity: the same workload with bigger or smaller
+    /// tensors (a batch size ×1.1, say), to check a policy is not tuned to one
+    /// exact set of sizes.
+    pub fn resized(&self, factor: f64) -> Trace {
+        self.map_sizes(|s| (((s as f64 * factor).ceil() as u64).div_ceil(512) * 512).max(512))
+    }
+
+    fn map_sizes(&self, f: impl Fn(u64) -> u64) -> Trace {
         let mut t = self.clone();
         let (mut cur, mut peak, mut largest) = (0u64, 0u64, 0u64);
         for e in &mut t.events {
-            e.size = (e.size / scale).max(1);
+            e.size = f(e.size);
             match e.action {
                 Action::Allocate => {
                     cur += e.size;

@@ -192,22 +192,45 @@ fn oom_observers_see_the_state() {
 
 #[test]
 fn device_oom_releases_cache_and_retries() {
-    // A 100 MiB device, no pool limit: the device itself refuses.
+    // A 1 GiB device, no pool limit: the device itself refuses.
     let mut e = Engine::new(
-        SimulatedDevice::new(100 << 20),
+        SimulatedDevice::new(1 << 30),
         Config {
             headroom: None,
             ..Config::default()
         },
     )
     .unwrap();
-    let a = e.allocate(Request::new(60 << 20, 0)).unwrap();
+    let a = e.allocate(Request::new(600 << 20, 0)).unwrap();
     e.free(a.id).unwrap();
-    let b = e.allocate(Request::new(70 << 20, 0)).unwrap();
-    assert_eq!(e.stats().counters.alloc_retries, 1);
-    let err = e.allocate(Request::new(50 << 20, 0)).unwrap_err();
+    // 600 MiB cached cannot hold 700 MiB and leaves no room for it: released, retried.
+    let b = e.allocate(Request::new(700 << 20, 0)).unwrap();
+    let s = e.stats();
+    assert_eq!(s.counters.alloc_retries, 1);
+    assert_eq!(s.counters.bytes_released, 600 << 20);
+    let err = e.allocate(Request::new(500 << 20, 0)).unwrap_err();
     assert!(matches!(err, Error::OutOfMemory(i) if i.device_refused));
     e.free(b.id).unwrap();
+    // A packed segment the device cannot hold falls back to the exact request
+    // before anything is released.
+    let small = SimulatedDevice::with_max_buffer_size(100 << 20, 1 << 30);
+    let mut e = Engine::new(
+        small,
+        Config {
+            headroom: None,
+            ..Config::default()
+        },
+    )
+    .unwrap();
+    e.allocate(Request::new(90 << 20, 0)).unwrap();
+    e.allocate(Request::new(5 << 20, 0)).unwrap();
+    let s = e.stats();
+    assert_eq!((s.counters.alloc_retries, s.counters.ooms), (0, 0));
+    assert_eq!(
+        e.backend().used(),
+        95 << 20,
+        "exact segments, no 384 MiB ones"
+    );
 }
 
 #[test]

@@ -63,13 +63,11 @@ fn every_trace_replays_under_1_03x_peak_live() {
 #[test]
 fn unlimited_replay_keeps_reserved_within_1_10x_peak_live() {
     // PyTorch: ratio 1.123 / 1.193 / 2.035 with 231 / 359 / 67 device allocations.
-    // Ours at the time of writing: 1.097 / 1.051 / 1.046 with 176 / 77 / 86.
-    // batch_sweep still needs more device allocations than PyTorch (which holds
-    // 2× the memory instead); the bound below guards against regressions.
+    // Ours at the time of writing: 1.061 / 1.054 / 1.045 with 57 / 33 / 66.
     let max_device_allocs = [
         ("gpt_train", 231),
         ("resnet_train", 359),
-        ("batch_sweep", 100),
+        ("batch_sweep", 67),
     ];
     for (name, max_allocs) in max_device_allocs {
         let t = load(name);
@@ -88,7 +86,7 @@ fn unlimited_replay_keeps_reserved_within_1_10x_peak_live() {
         assert!(r.reserved_ratio >= 1.0);
         assert!(
             r.device_allocs <= max_allocs,
-            "{name}: {} device allocations (at most {max_allocs})",
+            "{name}: {} device allocations (PyTorch: {max_allocs})",
             r.device_allocs
         );
         assert!(
@@ -97,6 +95,45 @@ fn unlimited_replay_keeps_reserved_within_1_10x_peak_live() {
         );
         e.check_invariants().unwrap();
         assert_eq!(e.stats().total.allocated_bytes.current, 0);
+    }
+}
+
+#[test]
+fn the_policy_holds_when_every_tensor_is_resized() {
+    // The same workloads with tensors 0.75× to 1.25× as big: a policy tuned to
+    // one exact set of sizes would pin a segment somewhere here and jump to
+    // 1.2× (as an earlier version did on gpt_train at 0.9× and 1.1×).
+    for name in TRACES {
+        let base = load(name);
+        for factor in [0.75, 0.9, 1.1, 1.25] {
+            let t = base.resized(factor);
+            let mut e = Engine::new(
+                SimulatedDevice::with_max_buffer_size(DEVICE, MAX_BUFFER),
+                Config::default(),
+            )
+            .unwrap();
+            let r = replay(&mut e, &t, 0);
+            assert!(
+                r.ooms == 0 && r.reserved_ratio <= 1.10,
+                "{name} ×{factor}: unlimited ratio {:.3}",
+                r.reserved_ratio
+            );
+            let limit = (t.peak_live as f64 * 1.03) as u64;
+            let config = Config {
+                limit: Some(Limit::Bytes(limit)),
+                ..Config::default()
+            };
+            let mut e = Engine::new(
+                SimulatedDevice::with_max_buffer_size(DEVICE, MAX_BUFFER),
+                config,
+            )
+            .unwrap();
+            assert_eq!(
+                replay(&mut e, &t, 0).ooms,
+                0,
+                "{name} ×{factor}: OOM under 1.03× peak live"
+            );
+        }
     }
 }
 
