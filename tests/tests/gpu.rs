@@ -413,43 +413,47 @@ fn runs_on_a_real_vulkan_adapter() {
     assert!(device.limits().max_buffer_size >= 256 << 20);
 }
 
-#[test]
-#[ignore = "needs a driver that reports a memory budget (VK_EXT_memory_budget); lavapipe does not. Run on the H200: cargo test -p vrampool-tests --test gpu -- --ignored"]
-fn a_real_device_out_of_memory_is_caught_released_and_reported() {
-    // wgpu refuses buffers beyond 2 % of the driver's memory budget: a real
-    // OutOfMemory error from create_buffer, caught by the pool's error scope.
+/// A chunk above the packed classes: one segment per chunk.
+const OOM_CHUNK: u64 = 256 << 20;
+
+/// A pool on a device whose wgpu refuses buffers beyond 2 % of the driver's
+/// memory budget — a real OutOfMemory from `create_buffer` — filled with
+/// `OOM_CHUNK`s through `alloc` until it refuses. Returns the pool, a tagger
+/// made before memory ran out (wgpu panics on an uncaptured out-of-memory, which
+/// is what the pool exists to prevent), the chunks held, and the refusal.
+fn fill_a_budgeted_device(
+    alloc: impl Fn(&Pool) -> Result<PoolBuffer, Error>,
+) -> (Pool, Tagger, Vec<PoolBuffer>, Error) {
     let (device, queue, _) = vrampool_tests::device_with_budget(Some(2));
+    let config = Config {
+        headroom: None,
+        ..Config::default()
+    };
     let pool = Pool::new(
         device,
         queue,
         PoolOptions {
-            config: Config {
-                headroom: None,
-                ..Config::default()
-            },
+            config,
             ..Default::default()
         },
     )
     .unwrap();
-    // The tagger's own buffers are created before memory runs out: wgpu panics
-    // on an uncaptured out-of-memory, which is what the pool exists to prevent.
     let tagger = Tagger::new(pool.device(), pool.queue());
-    let chunk = 256u64 << 20; // above the packed classes: one segment per chunk
     let mut held = Vec::new();
     let err = loop {
-        match pool.alloc(AllocDesc::storage(chunk)) {
+        match alloc(&pool) {
             Ok(b) => held.push(b),
             Err(e) => break e,
         }
         assert!(
             held.len() < 256,
-            "the device never refused: no memory budget reported?"
+            "the device never refused: does the driver report a memory budget?"
         );
     };
-    let Error::OutOfMemory(info) = &err else {
-        panic!("expected OutOfMemory, got {err}")
-    };
-    assert!(info.device_refused, "{err}");
+    assert!(
+        matches!(&err, Error::OutOfMemory(i) if i.device_refused),
+        "{err}"
+    );
     assert!(
         err.to_string().contains("the device refused the segment"),
         "{err}"
@@ -462,21 +466,34 @@ fn a_real_device_out_of_memory_is_caught_released_and_reported() {
     );
     assert_eq!(
         s.total.reserved_bytes.current,
-        held.len() as u64 * chunk,
-        "no invalid buffer was kept"
+        held.len() as u64 * OOM_CHUNK,
+        "no refused segment was kept"
     );
+    assert_eq!(
+        s.total.allocated_bytes.current,
+        held.len() as u64 * OOM_CHUNK
+    );
+    pool.check_invariants().unwrap();
+    (pool, tagger, held, err)
+}
+
+#[test]
+#[ignore = "needs a driver that reports a memory budget (VK_EXT_memory_budget); lavapipe does not. Run on the H200: cargo test -p vrampool-tests --test gpu -- --ignored"]
+fn a_real_device_out_of_memory_is_caught_released_and_reported() {
+    let (pool, tagger, mut held, _) =
+        fill_a_budgeted_device(|p| p.alloc(AllocDesc::storage(OOM_CHUNK)));
     // After freeing, allocation works again; every buffer handed out is valid.
+    let device_allocs = pool.stats().counters.device_allocs;
     held.truncate(held.len() - 2);
-    let again = pool.alloc(AllocDesc::storage(chunk)).unwrap();
+    let again = pool.alloc(AllocDesc::storage(OOM_CHUNK)).unwrap();
     assert_eq!(
         pool.stats().counters.device_allocs,
-        s.counters.device_allocs,
+        device_allocs,
         "a cache hit"
     );
     drop(again);
-    assert_eq!(pool.empty_cache(), 2 * chunk);
-    let again = pool.alloc(AllocDesc::storage(chunk)).unwrap();
-    held.push(again);
+    assert_eq!(pool.empty_cache(), 2 * OOM_CHUNK);
+    held.push(pool.alloc(AllocDesc::storage(OOM_CHUNK)).unwrap());
     let ranges: Vec<Range> = held.iter().map(|b| Range::from(&**b)).collect();
     assert_eq!(tagger.tag_and_verify(&ranges), 0);
 }
@@ -486,44 +503,12 @@ fn a_real_device_out_of_memory_is_caught_released_and_reported() {
 fn alloc_async_catches_a_real_out_of_memory_after_the_fact() {
     // The browser's path: the segment is created, the error scopes are awaited,
     // and a refused segment is discarded before any handle to it exists.
-    let (device, queue, _) = vrampool_tests::device_with_budget(Some(2));
-    let pool = Pool::new(
-        device,
-        queue,
-        PoolOptions {
-            config: Config {
-                headroom: None,
-                ..Config::default()
-            },
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    let tagger = Tagger::new(pool.device(), pool.queue());
-    let chunk = 256u64 << 20; // above the packed classes: one segment per chunk
-    let mut held = Vec::new();
-    let err = loop {
-        match pollster::block_on(pool.alloc_async(AllocDesc::storage(chunk))) {
-            Ok(b) => held.push(b),
-            Err(e) => break e,
-        }
-        assert!(held.len() < 256, "the device never refused");
-    };
-    assert!(
-        matches!(&err, Error::OutOfMemory(i) if i.device_refused),
-        "{err}"
-    );
-    let s = pool.stats();
-    assert_eq!(
-        s.total.reserved_bytes.current,
-        held.len() as u64 * chunk,
-        "the refused segments were discarded"
-    );
-    assert_eq!(s.total.allocated_bytes.current, held.len() as u64 * chunk);
-    pool.check_invariants().unwrap();
+    let (pool, tagger, mut held, _) = fill_a_budgeted_device(|p| {
+        pollster::block_on(p.alloc_async(AllocDesc::storage(OOM_CHUNK)))
+    });
     held.truncate(held.len() - 2);
     pool.empty_cache();
-    held.push(pollster::block_on(pool.alloc_async(AllocDesc::storage(chunk))).unwrap());
+    held.push(pollster::block_on(pool.alloc_async(AllocDesc::storage(OOM_CHUNK))).unwrap());
     let ranges: Vec<Range> = held.iter().map(|b| Range::from(&**b)).collect();
     assert_eq!(tagger.tag_and_verify(&ranges), 0);
 }

@@ -2,13 +2,29 @@
 //! device: under a hard limit of 1.03 × peak live there is no OOM (PyTorch needs
 //! 1.123 / 1.031 / 1.124 ×), and with no limit reserved stays within 1.10 × peak live.
 
-use vrampool::{Config, Engine, Limit, SimulatedDevice, Trace, replay};
+use vrampool::{Config, Engine, Limit, ReplayReport, SimulatedDevice, Trace, replay};
 use vrampool_tests::trace_path;
 
 const TRACES: [&str; 3] = ["gpt_train", "resnet_train", "batch_sweep"];
 /// The H200's max_buffer_size (the largest trace allocation is 3.1 GiB).
 const MAX_BUFFER: u64 = 4 << 30;
 const DEVICE: u64 = 141 << 30;
+
+/// Replays `t` on the simulated H200 under `budget` × peak live (or no limit);
+/// returns the report and the engine, for its invariants and stats.
+fn run(t: &Trace, budget: Option<f64>) -> (ReplayReport, Engine<SimulatedDevice>) {
+    let config = Config {
+        limit: budget.map(|x| Limit::Bytes((t.peak_live as f64 * x) as u64)),
+        ..Config::default()
+    };
+    let mut e = Engine::new(
+        SimulatedDevice::with_max_buffer_size(DEVICE, MAX_BUFFER),
+        config,
+    )
+    .unwrap();
+    let r = replay(&mut e, t, 0);
+    (r, e)
+}
 
 fn load(name: &str) -> Trace {
     let path = trace_path(name);
@@ -34,17 +50,8 @@ fn traces_read_as_documented() {
 fn every_trace_replays_under_1_03x_peak_live() {
     for name in TRACES {
         let t = load(name);
-        let limit = (t.peak_live as f64 * 1.03) as u64;
-        let config = Config {
-            limit: Some(Limit::Bytes(limit)),
-            ..Config::default()
-        };
-        let mut e = Engine::new(
-            SimulatedDevice::with_max_buffer_size(DEVICE, MAX_BUFFER),
-            config,
-        )
-        .unwrap();
-        let r = replay(&mut e, &t, 0);
+        let (r, e) = run(&t, Some(1.03));
+        let limit = e.limit().unwrap();
         assert_eq!(r.ooms, 0, "{name}: {r:?}");
         assert!(
             r.peak_reserved <= limit,
@@ -53,10 +60,6 @@ fn every_trace_replays_under_1_03x_peak_live() {
         );
         assert_eq!(r.allocs as usize, t.allocations());
         e.check_invariants().unwrap();
-        println!(
-            "{name}: 1.03x budget, no OOM, {} device allocations",
-            r.device_allocs
-        );
     }
 }
 
@@ -70,13 +73,7 @@ fn unlimited_replay_keeps_reserved_within_1_10x_peak_live() {
         ("batch_sweep", 67),
     ];
     for (name, max_allocs) in max_device_allocs {
-        let t = load(name);
-        let mut e = Engine::new(
-            SimulatedDevice::with_max_buffer_size(DEVICE, MAX_BUFFER),
-            Config::default(),
-        )
-        .unwrap();
-        let r = replay(&mut e, &t, 0);
+        let (r, e) = run(&load(name), None);
         assert_eq!(r.ooms, 0);
         assert!(
             r.reserved_ratio <= 1.10,
@@ -107,29 +104,14 @@ fn the_policy_holds_when_every_tensor_is_resized() {
         let base = load(name);
         for factor in [0.75, 0.9, 1.1, 1.25] {
             let t = base.resized(factor);
-            let mut e = Engine::new(
-                SimulatedDevice::with_max_buffer_size(DEVICE, MAX_BUFFER),
-                Config::default(),
-            )
-            .unwrap();
-            let r = replay(&mut e, &t, 0);
+            let (r, _) = run(&t, None);
             assert!(
                 r.ooms == 0 && r.reserved_ratio <= 1.10,
                 "{name} ×{factor}: unlimited ratio {:.3}",
                 r.reserved_ratio
             );
-            let limit = (t.peak_live as f64 * 1.03) as u64;
-            let config = Config {
-                limit: Some(Limit::Bytes(limit)),
-                ..Config::default()
-            };
-            let mut e = Engine::new(
-                SimulatedDevice::with_max_buffer_size(DEVICE, MAX_BUFFER),
-                config,
-            )
-            .unwrap();
             assert_eq!(
-                replay(&mut e, &t, 0).ooms,
+                run(&t, Some(1.03)).0.ooms,
                 0,
                 "{name} ×{factor}: OOM under 1.03× peak live"
             );
@@ -144,16 +126,7 @@ fn budgets_from_1_02x_to_2x_never_oom() {
         let t = load(name);
         for step in 0..=20 {
             let x = 1.02 + step as f64 * 0.049;
-            let config = Config {
-                limit: Some(Limit::Bytes((t.peak_live as f64 * x) as u64)),
-                ..Config::default()
-            };
-            let mut e = Engine::new(
-                SimulatedDevice::with_max_buffer_size(DEVICE, MAX_BUFFER),
-                config,
-            )
-            .unwrap();
-            assert_eq!(replay(&mut e, &t, 0).ooms, 0, "{name} at {x:.3}x");
+            assert_eq!(run(&t, Some(x)).0.ooms, 0, "{name} at {x:.3}x");
         }
     }
 }
