@@ -30,6 +30,9 @@ pub struct Request {
     pub exclusive: bool,
     /// A label shown in snapshots and leak reports.
     pub label: Option<Arc<str>>,
+    /// If a new segment is needed, make it exactly the request's size (no
+    /// packing): what a retry after a device refusal asks for.
+    pub exact_segment: bool,
 }
 
 impl Request {
@@ -435,7 +438,7 @@ impl<B: Backend> Engine<B> {
             return Ok(self.take_block(b, rounded, req));
         }
         self.counters.cache_misses += 1;
-        let seg = self.new_segment(pool, class, rounded)?;
+        let seg = self.new_segment(pool, class, rounded, req.exact_segment)?;
         let b = self.segments[seg as usize].as_ref().unwrap().first;
         Ok(self.take_block(b, rounded, req))
     }
@@ -475,8 +478,18 @@ impl<B: Backend> Engine<B> {
     }
 
     /// Creates a segment for a request, releasing cached memory as the limits require.
-    fn new_segment(&mut self, pool: u16, class: SegmentClass, rounded: u64) -> Result<u32> {
-        let mut size = self.segment_size(rounded, class);
+    fn new_segment(
+        &mut self,
+        pool: u16,
+        class: SegmentClass,
+        rounded: u64,
+        exact: bool,
+    ) -> Result<u32> {
+        let mut size = if exact {
+            rounded
+        } else {
+            self.segment_size(rounded, class)
+        };
         let mut retried = false;
         // Hard limit: release cached segments, then shrink the segment to the request.
         if let Some(limit) = self.limit {
@@ -863,12 +876,21 @@ impl<B: Backend> Engine<B> {
         s.size
     }
 
-    /// Destroys a segment the device reported broken after it was created
-    /// (the browser's asynchronous error scopes). It must hold no live block.
-    pub fn discard_segment(&mut self, seg: SegmentId) {
-        if matches!(self.segments.get(seg.0 as usize), Some(Some(s)) if s.live == 0) {
-            self.destroy_segment(seg.0);
+    /// Takes back an allocation whose new segment the device refused after the
+    /// fact (the browser's asynchronous error scopes): frees the block, destroys
+    /// the segment, and undoes the counts of an allocation that never happened.
+    /// (A recording keeps the allocate and free lines.)
+    pub fn revoke(&mut self, a: &Allocation) -> Result<()> {
+        self.free(a.id)?;
+        self.counters.allocs -= 1;
+        self.counters.frees -= 1;
+        if matches!(self.segments.get(a.segment.0 as usize), Some(Some(s)) if s.live == 0) {
+            let size = self.destroy_segment(a.segment.0);
+            self.counters.device_allocs -= 1;
+            self.counters.device_frees -= 1;
+            self.counters.bytes_released -= size;
         }
+        Ok(())
     }
 
     /// Counts an allocation that released cache and retried.

@@ -325,6 +325,7 @@ impl Pool {
             usage: pool_usage.bits(),
             exclusive: map,
             label: desc.label.map(Arc::from),
+            exact_segment: false,
         })
     }
 
@@ -378,9 +379,12 @@ impl Pool {
     /// Allocates a buffer range, awaiting the device's error scopes: the way to
     /// allocate in the browser, where they resolve asynchronously. Works natively too.
     pub async fn alloc_async(&self, desc: AllocDesc<'_>) -> Result<PoolBuffer> {
-        let req = self.request(&desc)?;
+        let mut req = self.request(&desc)?;
         let _gate = self.inner.alloc_gate.lock().await;
-        for attempt in 0..2 {
+        // The ladder of the native path, one device answer at a time: the pool's
+        // choice of segment, then a segment of just the request, then the same
+        // after releasing the whole cache.
+        for attempt in 0..3 {
             let (a, checks) = {
                 let mut engine = self.inner.engine();
                 engine.backend_mut().deferred = Some(Vec::new());
@@ -396,29 +400,25 @@ impl Pool {
                 }
             }
             let mut engine = self.inner.engine();
-            match failure {
-                Ok(()) => return Ok(self.wrap(&engine, a, &desc, &req)),
-                Err(e) => {
-                    engine.free(a.id)?;
-                    engine.discard_segment(a.segment);
-                    match e {
-                        DeviceError::OutOfMemory if attempt == 0 => {
-                            engine.note_retry();
-                            engine.empty_cache();
-                        }
-                        DeviceError::OutOfMemory => {
-                            return Err(engine.out_of_memory(req.size, true));
-                        }
-                        DeviceError::Lost(w) => {
-                            engine.mark_lost(w.clone());
-                            return Err(Error::DeviceLost(w));
-                        }
-                        DeviceError::Other(m) => return Err(Error::Device(m)),
-                    }
+            let Err(e) = failure else {
+                return Ok(self.wrap(&engine, a, &desc, &req));
+            };
+            engine.revoke(&a)?;
+            match e {
+                DeviceError::OutOfMemory if attempt == 0 => req.exact_segment = true,
+                DeviceError::OutOfMemory if attempt == 1 => {
+                    engine.note_retry();
+                    engine.empty_cache();
                 }
+                DeviceError::OutOfMemory => return Err(engine.out_of_memory(req.size, true)),
+                DeviceError::Lost(w) => {
+                    engine.mark_lost(w.clone());
+                    return Err(Error::DeviceLost(w));
+                }
+                DeviceError::Other(m) => return Err(Error::Device(m)),
             }
         }
-        unreachable!("the loop returns on its second attempt")
+        unreachable!("the third attempt returns")
     }
 
     /// Releases every cached segment that holds no live block and waits for the

@@ -63,7 +63,7 @@ proptest! {
             match op {
                 Op::Alloc { size, usage, exclusive } => {
                     let before = engine.stats();
-                    match engine.allocate(Request { size, usage, exclusive, label: None }) {
+                    match engine.allocate(Request { size, usage, exclusive, ..Request::default() }) {
                         Ok(a) => {
                             let after = engine.stats().total.reserved_bytes.current;
                             if let Some(limit) = engine.limit() {
@@ -345,4 +345,35 @@ fn leaks_name_their_labels() {
         "{report}"
     );
     assert!(vrampool::leak_report(&[]).is_none());
+}
+
+#[test]
+fn a_revoked_allocation_leaves_no_trace_in_the_figures() {
+    // The browser path: the device refuses a segment after the engine placed a
+    // block in it; revoke undoes the allocation as if it never happened.
+    let mut e = Engine::new(SimulatedDevice::new(1 << 30), Config::default()).unwrap();
+    let keep = e.allocate(Request::new(4096, 0)).unwrap();
+    let before = e.stats();
+    let a = e
+        .allocate(Request {
+            exact_segment: true,
+            ..Request::new(300 << 20, 0)
+        })
+        .unwrap();
+    assert_eq!(
+        e.stats().total.reserved_bytes.current,
+        before.total.reserved_bytes.current + (300 << 20)
+    );
+    e.revoke(&a).unwrap();
+    let after = e.stats();
+    assert_eq!(
+        after.total.reserved_bytes.current,
+        before.total.reserved_bytes.current
+    );
+    assert_eq!(after.counters.allocs, before.counters.allocs);
+    assert_eq!(after.counters.device_allocs, before.counters.device_allocs);
+    assert_eq!(after.counters.bytes_released, 0);
+    e.check_invariants().unwrap();
+    assert!(e.revoke(&a).is_err(), "a second revoke is refused");
+    e.free(keep.id).unwrap();
 }
