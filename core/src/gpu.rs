@@ -224,6 +224,11 @@ impl Inner {
 /// A caching memory pool over a `wgpu::Device` and its `Queue`. `Send + Sync`:
 /// share it by reference or in an `Arc`.
 ///
+/// Dropping the pool releases its cached segments and logs (through `tracing`,
+/// at warn level) every block still live, with its label — the leak report.
+/// Live handles stay valid: each holds its own reference to its buffer, which
+/// wgpu frees when the last one goes.
+///
 /// ```no_run
 /// # async fn demo(device: wgpu::Device, queue: wgpu::Queue) -> Result<(), vrampool::Error> {
 /// use vrampool::{AllocDesc, Pool, PoolOptions};
@@ -506,16 +511,6 @@ impl Pool {
         report.returned =
             after.total.allocated_bytes.current <= before.total.allocated_bytes.current;
         (r, report)
-    }
-}
-
-impl Drop for Pool {
-    fn drop(&mut self) {
-        // Handles keep the device objects alive, so nothing dangles; but a
-        // block still live here is a leak the user wants to hear about.
-        if let Some(report) = crate::leak_report(&self.leaks()) {
-            tracing::warn!("{report}");
-        }
     }
 }
 

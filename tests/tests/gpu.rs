@@ -512,3 +512,18 @@ fn alloc_async_catches_a_real_out_of_memory_after_the_fact() {
     let ranges: Vec<Range> = held.iter().map(|b| Range::from(&**b)).collect();
     assert_eq!(tagger.tag_and_verify(&ranges), 0);
 }
+
+#[test]
+fn a_handle_outliving_its_pool_stays_valid() {
+    let pool = pool();
+    let tagger = Tagger::new(pool.device(), pool.queue());
+    let kept = pool
+        .alloc(AllocDesc::storage(1 << 20).label("outlives the pool"))
+        .unwrap();
+    let weak = kept.downgrade();
+    assert_eq!(pool.leaks()[0].label.as_deref(), Some("outlives the pool"));
+    drop(pool); // logs the leak report; the handle keeps its buffer alive
+    assert_eq!(tagger.tag_and_verify(&[Range::from(&*kept)]), 0);
+    drop(kept); // no pool to return to: nothing happens, no panic
+    assert!(weak.upgrade().is_none());
+}
