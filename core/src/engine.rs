@@ -171,6 +171,10 @@ pub struct Engine<B: Backend> {
     observers: Vec<OomObserver>,
     lost: Option<String>,
     has_preallocation: bool,
+    /// Highest allocated bytes since the engine was made: what the headroom
+    /// and the split guard scale with. Unlike the stats' peak, resetting peak
+    /// stats does not touch it.
+    high_water: u64,
 }
 
 fn round_up(x: u64, to: u64) -> u64 {
@@ -219,6 +223,7 @@ impl<B: Backend> Engine<B> {
             observers: Vec::new(),
             lost: None,
             has_preallocation: false,
+            high_water: 0,
         };
         e.limit = e.resolve_limit(e.config.limit)?;
         if let Growth::Preallocate(bytes) = e.config.growth {
@@ -473,7 +478,7 @@ impl<B: Backend> Engine<B> {
     fn split_guarded(&self, block: u64) -> bool {
         self.placement().split_guard.is_some_and(|k| {
             let h = self.config.headroom.unwrap_or(0.0);
-            block as f64 >= k * h * self.total.allocated_bytes.peak as f64
+            block as f64 >= k * h * self.high_water as f64
         })
     }
 
@@ -552,9 +557,7 @@ impl<B: Backend> Engine<B> {
     fn soft_target(&self, rounded: u64) -> Option<u64> {
         let h = self.config.headroom?;
         let peak = self
-            .total
-            .allocated_bytes
-            .peak
+            .high_water
             .max(self.total.allocated_bytes.current + rounded);
         Some(((peak as f64 * (1.0 + h)) as u64).max(self.config.headroom_floor))
     }
@@ -709,6 +712,7 @@ impl<B: Backend> Engine<B> {
             st.allocations.add(1);
         }
         self.counters.allocs += 1;
+        self.high_water = self.high_water.max(self.total.allocated_bytes.current);
         if let Some(r) = &mut self.recorder {
             r.record(true, address, req.size);
         }

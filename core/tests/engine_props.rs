@@ -377,3 +377,27 @@ fn a_revoked_allocation_leaves_no_trace_in_the_figures() {
     assert!(e.revoke(&a).is_err(), "a second revoke is refused");
     e.free(keep.id).unwrap();
 }
+
+#[test]
+fn resetting_peak_stats_does_not_change_the_policy() {
+    // The headroom scales with the highest allocated bytes ever, not with the
+    // user-resettable peak: a reset must not make the pool drop its cache.
+    let run = |reset: bool| {
+        let mut e = Engine::new(SimulatedDevice::new(8 << 30), Config::default()).unwrap();
+        let a = e.allocate(Request::new(1 << 30, 0)).unwrap();
+        e.free(a.id).unwrap();
+        if reset {
+            e.reset_peak_stats();
+            assert_eq!(e.stats().total.allocated_bytes.peak, 0);
+        }
+        let b = e.allocate(Request::new(600 << 20, 0)).unwrap();
+        e.free(b.id).unwrap();
+        let s = e.stats();
+        (
+            s.counters.device_allocs,
+            s.counters.device_frees,
+            s.total.reserved_bytes.current,
+        )
+    };
+    assert_eq!(run(true), run(false));
+}
