@@ -121,7 +121,7 @@ pub struct Config {
     /// Growth on demand or preallocation.
     pub growth: Growth,
     /// Soft headroom: without a hard limit, the pool keeps reserved bytes near
-    /// `(1 + headroom) × peak allocated` by releasing unused cached segments
+    /// `(1 + headroom) ×` the highest allocated bytes so far by releasing unused cached segments
     /// before it creates a new one. `None` disables it (cache everything).
     pub headroom: Option<f64>,
     /// The soft headroom does not act while reserved bytes are below this, so
