@@ -78,7 +78,9 @@ pub struct Allocation {
     pub fresh: bool,
 }
 
-/// Size classes of segments; a request only uses segments of its class.
+/// Size classes of segments. A request uses free blocks of its own class, of
+/// the preallocation, and (without a hard limit, small and medium requests)
+/// of large segments; see [`Placement`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum SegmentClass {
     /// Packed small requests.
@@ -94,7 +96,7 @@ pub enum SegmentClass {
     Preallocated,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum BlockState {
     Free,
     Live,
@@ -928,9 +930,19 @@ impl<B: Backend> Engine<B> {
                 max_buffer_size: self.max_segment,
             });
         }
+        let size = round_up(bytes, self.config.alignment);
+        if let Some(limit) = self.limit {
+            if self.total.reserved_bytes.current + size > limit {
+                return Err(Error::Config(format!(
+                    "cannot preallocate {}: the limit is {} and {} is already reserved; raise the limit or preallocate less",
+                    crate::fmt_bytes(size),
+                    crate::fmt_bytes(limit),
+                    crate::fmt_bytes(self.total.reserved_bytes.current)
+                )));
+            }
+        }
         let usage = self.config.default_usage;
         let pool = self.pool_index(usage, false, || format!("usage {usage:#x}"));
-        let size = round_up(bytes, self.config.alignment);
         let payload = self
             .backend
             .create_segment(&SegmentDesc {

@@ -286,6 +286,20 @@ fn cache_limit_and_preallocation() {
     e.free(a.id).unwrap();
     assert_eq!(e.empty_cache(), 0, "the preallocation is pinned");
     assert_eq!(e.stats().total.reserved_bytes.current, 256 << 20);
+
+    let over = Config {
+        growth: vrampool::Growth::Preallocate(256 << 20),
+        limit: Some(Limit::Bytes(128 << 20)),
+        ..Config::default()
+    };
+    let err = Engine::new(SimulatedDevice::new(1 << 30), over)
+        .err()
+        .unwrap();
+    assert!(
+        err.to_string()
+            .contains("cannot preallocate 256.00 MiB: the limit is 128.00 MiB"),
+        "{err}"
+    );
 }
 
 #[test]
