@@ -93,7 +93,7 @@ impl Placement {
     pub fn without_limit() -> Self {
         Placement {
             small_request: 1 << 20,
-            small_segment: 2 << 20,
+            small_segment: 8 << 20,
             small_segment_growth: 0.5,
             max_small_segment: 32 << 20,
             medium_request: 192 << 20,

@@ -143,7 +143,10 @@ fn freed_neighbours_coalesce_into_one_block() {
         1,
         "all free space is one block again"
     );
-    assert_eq!(e.stats().largest_free_block, 2 << 20);
+    assert_eq!(
+        e.stats().largest_free_block,
+        e.config().without_limit.small_segment
+    );
 }
 
 #[test]
