@@ -1,0 +1,67 @@
+//! A pool hit against raw wgpu: allocate + free through `Pool` (the block comes
+//! from the cache) versus `create_buffer` + `destroy` on the same device. Runs on
+//! the first adapter wgpu finds (lavapipe here, the H200 in BENCHMARKS.md).
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use std::hint::black_box;
+use vrampool::{AllocDesc, Pool, PoolOptions};
+
+fn device() -> (wgpu::Device, wgpu::Queue) {
+    let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle());
+    let adapter = pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions {
+        power_preference: wgpu::PowerPreference::HighPerformance,
+        ..Default::default()
+    }))
+    .expect("no GPU adapter (Debian: apt-get install mesa-vulkan-drivers)");
+    let info = adapter.get_info();
+    eprintln!(
+        "adapter: {} ({:?}, driver {})",
+        info.name, info.backend, info.driver_info
+    );
+    pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+        required_limits: adapter.limits(),
+        ..Default::default()
+    }))
+    .expect("request_device")
+}
+
+fn pool_vs_raw(c: &mut Criterion) {
+    let (device, queue) = device();
+    let max = device.limits().max_buffer_size;
+    let pool = Pool::new(device.clone(), queue, PoolOptions::default()).unwrap();
+    let usage =
+        wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC;
+    let mut g = c.benchmark_group("pool_vs_raw");
+    for (name, size) in [
+        ("256B", 256u64),
+        ("64KiB", 64 << 10),
+        ("1MiB", 1 << 20),
+        ("16MiB", 16 << 20),
+        ("256MiB", 256 << 20),
+    ] {
+        if size > max {
+            continue;
+        }
+        drop(pool.alloc(AllocDesc::storage(size)).unwrap()); // warm the cache
+        g.bench_function(format!("pool hit {name}"), |b| {
+            b.iter(|| drop(black_box(pool.alloc(AllocDesc::storage(size)).unwrap())))
+        });
+        g.bench_function(format!("raw create+destroy {name}"), |b| {
+            b.iter(|| {
+                let buf = device.create_buffer(&wgpu::BufferDescriptor {
+                    label: None,
+                    size,
+                    usage,
+                    mapped_at_creation: false,
+                });
+                buf.destroy();
+            });
+            // Let wgpu free what was destroyed before the next size.
+            let _ = device.poll(wgpu::PollType::wait_indefinitely());
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, pool_vs_raw);
+criterion_main!(benches);
