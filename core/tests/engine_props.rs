@@ -57,7 +57,7 @@ proptest! {
     #[test]
     fn invariants_hold_after_any_sequence(ops in proptest::collection::vec(op(), 1..300), headroom in proptest::option::of(0.0f64..0.5)) {
         let config = Config { headroom, ..Config::default() };
-        let mut engine = Engine::new(SimulatedDevice::with_max_buffer_size(2 << 30, 256 << 20), config).unwrap();
+        let mut engine = Engine::new(SimulatedDevice::with_max_buffer_size(64 << 30, 256 << 20), config).unwrap();
         let mut live: Vec<(BlockId, u64)> = Vec::new();
         for op in ops {
             match op {
@@ -77,7 +77,7 @@ proptest! {
                         }
                         Err(Error::OutOfMemory(info)) => {
                             // Refused only when the limit really leaves no room.
-                            let limit = info.limit.expect("no OOM without a limit on a 2 GiB device");
+                            let limit = info.limit.expect("no OOM without a limit on a 64 GiB device");
                             prop_assert!(info.reserved + size > limit - 256);
                             let after = engine.stats();
                             prop_assert_eq!(after.total.allocated_bytes.current, before.total.allocated_bytes.current);
