@@ -59,6 +59,20 @@ fn pool_vs_raw(c: &mut Criterion) {
             // Let wgpu free what was destroyed before the next size.
             let _ = device.poll(wgpu::PollType::wait_indefinitely());
         });
+        // What an app that wants the memory back pays: wgpu frees a destroyed
+        // buffer only when the device is polled.
+        g.bench_function(format!("raw create+destroy+poll {name}"), |b| {
+            b.iter(|| {
+                let buf = device.create_buffer(&wgpu::BufferDescriptor {
+                    label: None,
+                    size,
+                    usage,
+                    mapped_at_creation: false,
+                });
+                buf.destroy();
+                let _ = device.poll(wgpu::PollType::wait_indefinitely());
+            });
+        });
     }
     g.finish();
 }
