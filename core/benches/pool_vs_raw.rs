@@ -46,16 +46,17 @@ fn pool_vs_raw(c: &mut Criterion) {
         g.bench_function(format!("pool hit {name}"), |b| {
             b.iter(|| drop(black_box(pool.alloc(AllocDesc::storage(size)).unwrap())))
         });
-        g.bench_function(format!("raw create+destroy {name}"), |b| {
-            b.iter(|| {
-                let buf = device.create_buffer(&wgpu::BufferDescriptor {
-                    label: None,
-                    size,
-                    usage,
-                    mapped_at_creation: false,
-                });
-                buf.destroy();
+        let create_destroy = || {
+            let buf = device.create_buffer(&wgpu::BufferDescriptor {
+                label: None,
+                size,
+                usage,
+                mapped_at_creation: false,
             });
+            buf.destroy();
+        };
+        g.bench_function(format!("raw create+destroy {name}"), |b| {
+            b.iter(create_destroy);
             // Let wgpu free what was destroyed before the next size.
             let _ = device.poll(wgpu::PollType::wait_indefinitely());
         });
@@ -63,13 +64,7 @@ fn pool_vs_raw(c: &mut Criterion) {
         // buffer only when the device is polled.
         g.bench_function(format!("raw create+destroy+poll {name}"), |b| {
             b.iter(|| {
-                let buf = device.create_buffer(&wgpu::BufferDescriptor {
-                    label: None,
-                    size,
-                    usage,
-                    mapped_at_creation: false,
-                });
-                buf.destroy();
+                create_destroy();
                 let _ = device.poll(wgpu::PollType::wait_indefinitely());
             });
         });
