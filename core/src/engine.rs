@@ -793,9 +793,9 @@ impl<B: Backend> Engine<B> {
         Ok(())
     }
 
-    /// Merges free block `b` (right neighbour of `a`) into `a`. `b` must not be
-    /// in the free set under its own key when it is the block being freed; `a`
-    /// is removed from the set if present.
+    /// Merges free block `b` (right neighbour of `a`) into `a`, taking both out
+    /// of the free index (the block being freed is not in it yet); the caller
+    /// indexes the merged block.
     fn merge(&mut self, a: u32, b: u32, pi: usize, cc: u8) {
         let (asz, bsz) = (self.blocks[a as usize].size, self.blocks[b as usize].size);
         self.pools[pi].free.remove(&(cc, asz, a));
