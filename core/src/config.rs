@@ -43,6 +43,10 @@ pub struct Placement {
     pub medium_request: u64,
     /// Size of a medium segment.
     pub medium_segment: u64,
+    /// A new medium segment is at most this fraction of the most bytes ever
+    /// allocated (but never less than twice the request), so a small workload
+    /// does not reserve a `medium_segment` it cannot fill; 0 turns the cap off.
+    pub medium_segment_fraction: f64,
     /// Larger requests get a segment of their own, rounded up to a multiple of this.
     pub large_rounding: u64,
     /// A large free block is split only if the remainder is at least this big;
@@ -79,6 +83,7 @@ impl Placement {
             max_small_segment: 2 << 20,
             medium_request: 4 << 20,
             medium_segment: 32 << 20,
+            medium_segment_fraction: 0.0,
             large_rounding: 256,
             min_split_remainder: 1 << 20,
             large_fit: 0.75,
@@ -98,6 +103,7 @@ impl Placement {
             max_small_segment: 32 << 20,
             medium_request: 192 << 20,
             medium_segment: 384 << 20,
+            medium_segment_fraction: 0.5,
             large_rounding: 256,
             min_split_remainder: 1 << 20,
             large_fit: 0.0,
@@ -138,6 +144,46 @@ pub struct Config {
     pub max_segment_size: Option<u64>,
     /// The pool used by [`Growth::Preallocate`].
     pub default_usage: u32,
+}
+
+impl Config {
+    /// PyTorch's CUDA caching allocator, expressed in this engine's terms: a
+    /// baseline to compare against, not a recommendation. Sizes round to 512 B;
+    /// requests up to 1 MiB share 2 MiB segments, below 10 MiB share 20 MiB
+    /// segments, larger ones get their own segment rounded to 2 MiB; best fit
+    /// with splitting (a large block only if more than 1 MiB is left); no soft
+    /// headroom, and the cache is released only when a request fails.
+    ///
+    /// ```
+    /// use vrampool::{Config, Engine, Request, SimulatedDevice};
+    /// let mut e = Engine::new(SimulatedDevice::new(1 << 30), Config::pytorch())?;
+    /// e.allocate(Request::new(1000, 0))?;
+    /// assert_eq!(e.stats().total.reserved_bytes.current, 2 << 20); // one 2 MiB small segment
+    /// # Ok::<(), vrampool::Error>(())
+    /// ```
+    pub fn pytorch() -> Self {
+        let placement = Placement {
+            small_request: 1 << 20,
+            small_segment: 2 << 20,
+            small_segment_growth: 0.0,
+            max_small_segment: 2 << 20,
+            medium_request: (10 << 20) - 512,
+            medium_segment: 20 << 20,
+            medium_segment_fraction: 0.0,
+            large_rounding: 2 << 20,
+            min_split_remainder: (1 << 20) + 512,
+            large_fit: 0.0,
+            split_guard: None,
+            reuse_large_blocks: false,
+        };
+        Config {
+            headroom: None,
+            alignment: 512,
+            under_limit: placement.clone(),
+            without_limit: placement,
+            ..Config::default()
+        }
+    }
 }
 
 impl Default for Config {

@@ -386,7 +386,24 @@ impl<B: Backend> Engine<B> {
     fn segment_size(&self, rounded: u64, class: SegmentClass) -> u64 {
         let s = match class {
             SegmentClass::Small => self.grown_small_segment().max(rounded),
-            SegmentClass::Medium => self.placement().medium_segment.max(rounded),
+            SegmentClass::Medium => {
+                let p = self.placement();
+                let mut seg = p.medium_segment;
+                if p.medium_segment_fraction > 0.0 {
+                    let cap = round_up(
+                        (self.high_water.max(self.total.allocated_bytes.current) as f64
+                            * p.medium_segment_fraction) as u64,
+                        p.small_segment.max(1),
+                    );
+                    seg = seg.min(cap.max(2 * rounded));
+                }
+                if let Some(limit) = self.limit {
+                    // A shared segment is at most an eighth of the budget, so a
+                    // small budget is not spent on one half-empty segment.
+                    seg = seg.min(round_up(limit / 8, p.small_segment.max(1)).max(2 * rounded));
+                }
+                seg.max(rounded)
+            }
             SegmentClass::Large => round_up(rounded, self.placement().large_rounding.max(1)),
             SegmentClass::Exclusive | SegmentClass::Preallocated => rounded,
         };
@@ -499,31 +516,29 @@ impl<B: Backend> Engine<B> {
         };
         let mut retried = false;
         // Hard limit: release cached segments, then shrink the segment to the request.
-        if let Some(limit) = self.limit {
-            if self.total.reserved_bytes.current + size > limit {
-                if self.total.reserved_bytes.current + rounded <= limit {
-                    size = self.fit(size, rounded, limit);
-                } else {
-                    self.counters.alloc_retries += 1;
-                    retried = true;
-                    self.release(
-                        (self.total.reserved_bytes.current + rounded).saturating_sub(limit),
-                    );
-                    if self.total.reserved_bytes.current + rounded > limit {
-                        return Err(self.oom(rounded, false));
-                    }
-                    size = self.fit(size, rounded, limit);
+        if let Some(limit) = self.limit
+            && self.total.reserved_bytes.current + size > limit
+        {
+            if self.total.reserved_bytes.current + rounded <= limit {
+                size = self.fit(size, rounded, limit);
+            } else {
+                self.counters.alloc_retries += 1;
+                retried = true;
+                self.release((self.total.reserved_bytes.current + rounded).saturating_sub(limit));
+                if self.total.reserved_bytes.current + rounded > limit {
+                    return Err(self.oom(rounded, false));
                 }
+                size = self.fit(size, rounded, limit);
             }
         }
         // Soft headroom: keep reserved within (1 + h) × peak allocated.
-        if let Some(target) = self.soft_target(rounded) {
-            if self.total.reserved_bytes.current + size > target {
-                if size > rounded && self.total.reserved_bytes.current + rounded <= target {
-                    size = self.fit(size, rounded, target);
-                } else {
-                    self.release((self.total.reserved_bytes.current + size).saturating_sub(target));
-                }
+        if let Some(target) = self.soft_target(rounded)
+            && self.total.reserved_bytes.current + size > target
+        {
+            if size > rounded && self.total.reserved_bytes.current + rounded <= target {
+                size = self.fit(size, rounded, target);
+            } else {
+                self.release((self.total.reserved_bytes.current + size).saturating_sub(target));
             }
         }
         loop {
@@ -819,10 +834,10 @@ impl<B: Backend> Engine<B> {
     }
 
     fn trim_cache(&mut self) {
-        if let Some(cl) = self.config.cache_limit {
-            if self.total.cached_bytes.current > cl {
-                self.release(self.total.cached_bytes.current - cl);
-            }
+        if let Some(cl) = self.config.cache_limit
+            && self.total.cached_bytes.current > cl
+        {
+            self.release(self.total.cached_bytes.current - cl);
         }
     }
 
@@ -931,15 +946,15 @@ impl<B: Backend> Engine<B> {
             });
         }
         let size = round_up(bytes, self.config.alignment);
-        if let Some(limit) = self.limit {
-            if self.total.reserved_bytes.current + size > limit {
-                return Err(Error::Config(format!(
-                    "cannot preallocate {}: the limit is {} and {} is already reserved; raise the limit or preallocate less",
-                    crate::fmt_bytes(size),
-                    crate::fmt_bytes(limit),
-                    crate::fmt_bytes(self.total.reserved_bytes.current)
-                )));
-            }
+        if let Some(limit) = self.limit
+            && self.total.reserved_bytes.current + size > limit
+        {
+            return Err(Error::Config(format!(
+                "cannot preallocate {}: the limit is {} and {} is already reserved; raise the limit or preallocate less",
+                crate::fmt_bytes(size),
+                crate::fmt_bytes(limit),
+                crate::fmt_bytes(self.total.reserved_bytes.current)
+            )));
         }
         let usage = self.config.default_usage;
         let pool = self.pool_index(usage, false, || format!("usage {usage:#x}"));

@@ -66,11 +66,10 @@ proptest! {
                     match engine.allocate(Request { size, usage, exclusive, ..Request::default() }) {
                         Ok(a) => {
                             let after = engine.stats().total.reserved_bytes.current;
-                            if let Some(limit) = engine.limit() {
-                                if after > before.total.reserved_bytes.current {
+                            if let Some(limit) = engine.limit()
+                                && after > before.total.reserved_bytes.current {
                                     prop_assert!(after <= limit, "a new segment crossed the limit: {} > {}", after, limit);
                                 }
-                            }
                             prop_assert!(a.size >= size);
                             prop_assert_eq!(a.offset % 256, 0);
                             live.push((a.id, a.size));
