@@ -1,116 +1,150 @@
-//! `vrampool`: the harness that runs the pool on any GPU and replays real
-//! allocation traces. This first cut replays traces on the simulated device;
-//! the full harness (real adapters, bench, workload) grows from here.
+//! `vrampool`: the harness that runs the pool on any GPU, replays real
+//! allocation traces under every policy, measures against raw wgpu and trains
+//! a small MLP whose tensors all come from the pool.
 
+mod bench;
+mod device;
+mod policy;
+mod replay;
+mod timeline;
+mod workload;
+
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
-use clap::{Parser, Subcommand};
-use vrampool::{Config, Engine, Limit, ReplayReport, SimulatedDevice, Trace, replay};
+use anyhow::{Context, Result, bail};
+use clap::{Args, Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::json;
+use vrampool::{Backend, SimulatedDevice, Trace, WgpuBackend, fmt_bytes};
+
+use crate::policy::PolicyKind;
+use crate::replay::{Outcome, Sample};
+use crate::workload::Dtype;
 
 #[derive(Parser)]
 #[command(
     name = "vrampool",
     version,
-    about = "A caching GPU memory pool for wgpu: replay real allocation traces and measure"
+    about = "A caching GPU memory pool for wgpu: try it on your GPU, replay real allocation traces, measure",
+    long_about = "A caching GPU memory pool for wgpu, like PyTorch's CUDA caching allocator: \
+freed blocks are cached and reused instead of going back to the driver, and empty_cache() gives \
+them back.\n\n\
+Start with `vrampool info` to see your GPUs, `vrampool bench` to see what a cache hit saves \
+over create_buffer + destroy, and `vrampool replay ../shared/traces/*.csv.gz --compare` to see \
+how much memory each policy holds for real PyTorch workloads.",
+    after_help = "Sizes are bytes. Every subcommand takes --json for machine-readable output."
 )]
 struct Cli {
     #[command(subcommand)]
     command: Command,
-    /// Print machine-readable JSON instead of a table.
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(Args)]
+struct Common {
+    /// Print machine-readable JSON instead of tables.
     #[arg(long, global = true)]
     json: bool,
+    /// The GPU to run on: its index in `vrampool info`, or part of its name
+    /// (e.g. `--adapter h200`). Default: the first adapter.
+    #[arg(long, global = true, value_name = "INDEX|NAME")]
+    adapter: Option<String>,
+    /// Use the simulated device instead of a GPU (figures are the same; no driver needed).
+    #[arg(long, global = true, conflicts_with = "adapter")]
+    simulate: bool,
+    /// After the run, print the pool's memory_summary (PyTorch's torch.cuda.memory_summary).
+    #[arg(long, global = true)]
+    summary: bool,
+    /// Write a chart of live / allocated / reserved / cached and the budget over the run.
+    #[arg(long, global = true, value_name = "FILE.svg")]
+    timeline: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]
 enum Command {
-    /// Replay RMM CSV allocation logs (plain or gzip) through the pool on the
-    /// simulated device and print peak live, peak reserved, their ratio and
-    /// device allocations.
-    Replay {
-        /// Trace files, e.g. ../shared/traces/*.csv.gz
-        #[arg(required = true)]
-        traces: Vec<std::path::PathBuf>,
-        /// Hard limit: bytes (`8000000000`) or a multiple of the trace's peak live (`1.03x`).
-        #[arg(long)]
-        budget: Option<String>,
-        /// Also find the smallest budget (× peak live, to ±0.001) that replays with no OOM.
-        #[arg(long)]
-        min_budget: bool,
-        /// Simulated device memory in bytes (default: an H200's 141 GiB).
-        #[arg(long, default_value_t = 141 << 30)]
-        capacity: u64,
-        /// Simulated max_buffer_size in bytes (default: the H200's 4 GiB).
-        #[arg(long, default_value_t = 4 << 30)]
-        max_buffer_size: u64,
-    },
+    /// List every GPU adapter with the limits that matter to memory.
+    Info,
+    /// Replay RMM CSV allocation logs (plain or gzip) through a policy, on a GPU or
+    /// the simulated device, and print peak live, peak reserved, their ratio,
+    /// device allocations and frees, cache hit rate, OOMs and time per operation.
+    Replay(ReplayArgs),
+    /// Pool hit against raw create_buffer + destroy, 256 B to 256 MiB, and the
+    /// engine's own cost per operation.
+    Bench(BenchArgs),
+    /// Train a small MLP with compute shaders, every tensor from the pool.
+    Workload(WorkloadArgs),
 }
 
-enum Budget {
-    Bytes(u64),
-    Times(f64),
-}
-
-fn parse_budget(s: &str) -> Result<Budget, String> {
-    if let Some(x) = s.strip_suffix('x') {
-        let v: f64 = x
-            .parse()
-            .map_err(|_| format!("budget `{s}`: expected a multiple like 1.05x"))?;
-        if !(v > 0.0 && v.is_finite()) {
-            return Err(format!("budget `{s}` must be positive"));
-        }
-        Ok(Budget::Times(v))
-    } else {
-        s.parse().map(Budget::Bytes).map_err(|_| format!("budget `{s}`: expected bytes (e.g. 8000000000) or a multiple of peak live (e.g. 1.03x)"))
-    }
-}
-
-fn run_one(
-    t: &Trace,
-    limit: Option<u64>,
+#[derive(Args)]
+struct ReplayArgs {
+    /// Trace files, e.g. ../shared/traces/*.csv.gz
+    #[arg(required = true)]
+    traces: Vec<PathBuf>,
+    /// Hard limit on reserved memory: bytes (`8000000000`) or a multiple of the
+    /// trace's peak live (`1.05x`). Default: no limit.
+    #[arg(long)]
+    budget: Option<String>,
+    /// The allocation policy.
+    #[arg(long, value_enum, default_value_t = PolicyKind::Vrampool)]
+    policy: PolicyKind,
+    /// Run every policy on each trace and print one table.
+    #[arg(long)]
+    compare: bool,
+    /// Also find the smallest budget (× peak live, ±0.001) that replays with no OOM.
+    #[arg(long)]
+    min_budget: bool,
+    /// Divide every size by N, so a trace larger than the device fits.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    scale: u64,
+    /// Simulated device memory in bytes (default: an H200's 141 GiB).
+    #[arg(long, default_value_t = 141 << 30)]
     capacity: u64,
-    max_buffer: u64,
-) -> Result<ReplayReport, vrampool::Error> {
-    let config = Config {
-        limit: limit.map(Limit::Bytes),
-        ..Config::default()
-    };
-    let mut e = Engine::new(
-        SimulatedDevice::with_max_buffer_size(capacity, max_buffer),
-        config,
-    )?;
-    Ok(replay(&mut e, t, 0))
+    /// Simulated max_buffer_size in bytes (default: the H200's 4 GiB).
+    #[arg(long, default_value_t = 4 << 30)]
+    max_buffer_size: u64,
+    /// On a GPU: read nvidia-smi's used memory before, while memory grows, and
+    /// after empty_cache.
+    #[arg(long)]
+    nvidia_smi: bool,
 }
 
-fn min_budget(t: &Trace, capacity: u64, max_buffer: u64) -> Result<f64, vrampool::Error> {
-    let (mut lo, mut hi) = (1.0f64, 4.0f64);
-    if run_one(
-        t,
-        Some((t.peak_live as f64 * hi) as u64),
-        capacity,
-        max_buffer,
-    )?
-    .ooms
-        > 0
-    {
-        return Ok(f64::INFINITY);
-    }
-    while hi - lo > 0.0005 {
-        let mid = (lo + hi) / 2.0;
-        if run_one(
-            t,
-            Some((t.peak_live as f64 * mid) as u64),
-            capacity,
-            max_buffer,
-        )?
-        .ooms
-            == 0
-        {
-            hi = mid;
-        } else {
-            lo = mid;
-        }
-    }
-    Ok((hi * 1000.0).ceil() / 1000.0)
+#[derive(Args)]
+struct BenchArgs {
+    /// Sizes in bytes, comma separated (default: 256 B to 256 MiB, ×16 apart).
+    #[arg(long, value_delimiter = ',')]
+    sizes: Vec<u64>,
+    /// Time spent measuring each figure, in milliseconds.
+    #[arg(long, default_value_t = 300)]
+    time_ms: u64,
+}
+
+#[derive(Args)]
+struct WorkloadArgs {
+    /// Samples per step.
+    #[arg(long, default_value_t = 256)]
+    batch: u32,
+    /// Training steps.
+    #[arg(long, default_value_t = 100)]
+    steps: u32,
+    /// How the weights are stored (decoded in the shader).
+    #[arg(long, value_enum, default_value_t = Dtype::F32)]
+    dtype: Dtype,
+    /// Hidden layer width.
+    #[arg(long, default_value_t = 1024)]
+    hidden: u32,
+    /// Hard limit on the pool's reserved bytes (bytes). Needed by --find-batch.
+    #[arg(long)]
+    budget: Option<u64>,
+    /// Find the largest batch whose step fits --budget: a dry run on the
+    /// simulated device, then confirmed by training on the GPU.
+    #[arg(long, requires = "budget")]
+    find_batch: bool,
+    /// Learning rate.
+    #[arg(long, default_value_t = 0.05)]
+    lr: f32,
 }
 
 fn main() -> ExitCode {
@@ -118,81 +152,539 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {e:#}");
             ExitCode::FAILURE
         }
     }
 }
 
-fn run(cli: Cli) -> Result<ExitCode, String> {
-    match cli.command {
-        Command::Replay {
-            traces,
-            budget,
-            min_budget: find_min,
-            capacity,
-            max_buffer_size,
-        } => {
-            let budget = budget.as_deref().map(parse_budget).transpose()?;
-            let mut rows = Vec::new();
-            let mut failed = false;
-            if !cli.json {
-                println!(
-                    "{:<14} {:>16} {:>16} {:>7} {:>9} {:>7} {:>8} {:>5} {:>7} {:>10}",
-                    "trace",
-                    "peak live",
-                    "peak reserved",
-                    "ratio",
-                    "dev alloc",
-                    "frees",
-                    "hit rate",
-                    "OOMs",
-                    "ns/op",
-                    "min budget"
-                );
-            }
-            for path in &traces {
-                let t = Trace::open(path).map_err(|e| e.to_string())?;
-                let limit = budget.as_ref().map(|b| match b {
-                    Budget::Bytes(n) => *n,
-                    Budget::Times(x) => (t.peak_live as f64 * x) as u64,
-                });
-                let r = run_one(&t, limit, capacity, max_buffer_size).map_err(|e| e.to_string())?;
-                failed |= r.ooms > 0;
-                let mb = if find_min {
-                    Some(min_budget(&t, capacity, max_buffer_size).map_err(|e| e.to_string())?)
-                } else {
-                    None
-                };
-                if cli.json {
-                    rows.push(serde_json::json!({ "report": r, "limit": limit, "min_budget": mb }));
-                } else {
-                    println!(
-                        "{:<14} {:>16} {:>16} {:>7.3} {:>9} {:>7} {:>7.1}% {:>5} {:>7.0} {:>10}",
-                        r.trace,
-                        r.peak_live,
-                        r.peak_reserved,
-                        r.reserved_ratio,
-                        r.device_allocs,
-                        r.device_frees,
-                        100.0 * r.cache_hits as f64 / r.allocs.max(1) as f64,
-                        r.ooms,
-                        r.ns_per_op,
-                        mb.map_or("-".into(), |m| format!("{m:.3}x")),
-                    );
-                }
-            }
-            if cli.json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&rows).expect("reports serialise")
-                );
-            }
-            Ok(if failed {
-                ExitCode::from(2)
-            } else {
-                ExitCode::SUCCESS
-            })
+fn bar(len: u64, common: &Common) -> ProgressBar {
+    if common.json {
+        return ProgressBar::hidden();
+    }
+    let b = ProgressBar::new(len);
+    b.set_style(
+        ProgressStyle::with_template("{spinner} {elapsed:>4} [{bar:30}] {pos}/{len} {msg}")
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    b.enable_steady_tick(Duration::from_millis(200));
+    b
+}
+
+fn run(cli: Cli) -> Result<ExitCode> {
+    let c = &cli.common;
+    match &cli.command {
+        Command::Info => info(c),
+        Command::Replay(a) => replay_cmd(a, c),
+        Command::Bench(a) => bench_cmd(a, c),
+        Command::Workload(a) => workload::command(a, c),
+    }
+}
+
+fn info(c: &Common) -> Result<ExitCode> {
+    if c.simulate {
+        bail!("info lists real adapters; --simulate has none to list");
+    }
+    let all = device::info()?;
+    if c.json {
+        println!("{}", serde_json::to_string_pretty(&all)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    for a in all {
+        println!("[{}] {} — {} {}", a.index, a.name, a.backend, a.device_type);
+        println!(
+            "    driver                     {} {}",
+            a.driver, a.driver_info
+        );
+        println!(
+            "    max_buffer_size            {} ({})",
+            a.max_buffer_size,
+            fmt_bytes(a.max_buffer_size)
+        );
+        println!(
+            "    max storage binding        {} ({})",
+            a.max_storage_buffer_binding_size,
+            fmt_bytes(a.max_storage_buffer_binding_size)
+        );
+        println!(
+            "    max uniform binding        {} ({})",
+            a.max_uniform_buffer_binding_size,
+            fmt_bytes(a.max_uniform_buffer_binding_size)
+        );
+        println!(
+            "    offset alignment           storage {} B, uniform {} B",
+            a.min_storage_buffer_offset_alignment, a.min_uniform_buffer_offset_alignment
+        );
+        match a.allocator_report {
+            Some((alloc, res, blocks)) => println!(
+                "    allocator report           {} allocated, {} reserved in {blocks} memory blocks (one 1 MiB probe buffer live)",
+                fmt_bytes(alloc),
+                fmt_bytes(res)
+            ),
+            None => println!("    allocator report           not given by this backend"),
         }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Where a command runs.
+enum Target {
+    Simulated {
+        capacity: u64,
+        max_buffer: u64,
+    },
+    Gpu {
+        device: wgpu::Device,
+        queue: wgpu::Queue,
+        name: String,
+    },
+}
+
+impl Target {
+    fn open(c: &Common, capacity: u64, max_buffer: u64) -> Result<Target> {
+        if c.simulate {
+            return Ok(Target::Simulated {
+                capacity,
+                max_buffer,
+            });
+        }
+        let adapter = device::pick(c.adapter.as_deref())?;
+        let (device, queue) = device::open(&adapter)?;
+        let info = adapter.get_info();
+        Ok(Target::Gpu {
+            device,
+            queue,
+            name: format!("{} ({:?})", info.name, info.backend),
+        })
+    }
+
+    fn name(&self) -> String {
+        match self {
+            Target::Simulated { capacity, .. } => {
+                format!("simulated device ({})", fmt_bytes(*capacity))
+            }
+            Target::Gpu { name, .. } => name.clone(),
+        }
+    }
+
+    fn max_buffer(&self) -> u64 {
+        match self {
+            Target::Simulated { max_buffer, .. } => *max_buffer,
+            Target::Gpu { device, .. } => device.limits().max_buffer_size,
+        }
+    }
+}
+
+enum Budget {
+    Bytes(u64),
+    Times(f64),
+}
+
+fn parse_budget(s: &str) -> Result<Budget> {
+    if let Some(x) = s.strip_suffix('x') {
+        let v: f64 = x
+            .parse()
+            .ok()
+            .filter(|v: &f64| v.is_finite())
+            .with_context(|| {
+                format!("--budget {s}: expected a multiple of peak live like 1.05x")
+            })?;
+        if v < 1.0 {
+            bail!(
+                "--budget {s} is below the trace's peak live (1x): no allocator can replay it; use 1x or more"
+            );
+        }
+        Ok(Budget::Times(v))
+    } else {
+        s.parse().map(Budget::Bytes).map_err(|_| {
+            anyhow::anyhow!(
+                "--budget {s}: expected bytes (e.g. 8000000000) or a multiple of peak live (e.g. 1.03x)"
+            )
+        })
+    }
+}
+
+/// Used GPU memory in bytes as nvidia-smi reports it (first GPU).
+fn nvidia_smi_used() -> Option<u64> {
+    let out = std::process::Command::new("nvidia-smi")
+        .args(["--query-gpu=memory.used", "--format=csv,noheader,nounits"])
+        .output()
+        .ok()?;
+    let mib: u64 = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .next()?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(mib << 20)
+}
+
+#[derive(Default, serde::Serialize)]
+struct DriverView {
+    /// nvidia-smi used bytes before the run, highest seen, after the replay, after empty_cache.
+    nvidia_smi: Option<[Option<u64>; 4]>,
+    /// (pool reserved, wgpu allocated, wgpu reserved) where the pool held most.
+    allocator_at_peak: Option<(u64, u64, u64)>,
+    /// The same after empty_cache.
+    allocator_after_empty_cache: Option<(u64, u64, u64)>,
+}
+
+fn replay_cmd(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
+    if a.scale == 0 {
+        bail!("--scale 0: the divisor must be at least 1");
+    }
+    let budget = a.budget.as_deref().map(parse_budget).transpose()?;
+    let mut traces = Vec::new();
+    for path in &a.traces {
+        let t = Trace::open(path)?;
+        traces.push(if a.scale > 1 { t.scaled(a.scale) } else { t });
+    }
+    let target = Target::open(c, a.capacity, a.max_buffer_size)?;
+    let max_buffer = target.max_buffer();
+    for t in &traces {
+        if t.largest > max_buffer {
+            bail!(
+                "{}: one allocation is {} but {} allows at most {} per buffer (max_buffer_size); \
+                 pass --scale {} to divide every size",
+                t.name,
+                fmt_bytes(t.largest),
+                target.name(),
+                fmt_bytes(max_buffer),
+                t.largest.div_ceil(max_buffer)
+            );
+        }
+        if let Some(Budget::Bytes(b)) = budget
+            && b < t.peak_live
+        {
+            bail!(
+                "--budget {b} is below {}'s peak live of {} bytes ({}): no allocator can replay it; \
+                 give at least that, or a multiple like 1.05x",
+                t.name,
+                t.peak_live,
+                fmt_bytes(t.peak_live)
+            );
+        }
+    }
+    let policies: Vec<PolicyKind> = if a.compare {
+        PolicyKind::ALL.to_vec()
+    } else {
+        vec![a.policy]
+    };
+    let runs = (traces.len() * policies.len()) as u64;
+    let events: u64 = traces.iter().map(|t| t.events.len() as u64).sum();
+    let pb = bar(events * policies.len() as u64, c);
+    if !c.json {
+        pb.println(format!("on {}", target.name()));
+    }
+    let usage =
+        (wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC)
+            .bits();
+    let mut rows = Vec::new();
+    let mut any_oom = false;
+    for t in &traces {
+        let limit = budget.as_ref().map(|b| match b {
+            Budget::Bytes(n) => *n,
+            Budget::Times(x) => (t.peak_live as f64 * x).ceil() as u64,
+        });
+        for &kind in &policies {
+            pb.set_message(format!("{} {}", t.name, kind.name()));
+            let mut view = DriverView::default();
+            let (outcome, min) = match &target {
+                Target::Simulated {
+                    capacity,
+                    max_buffer,
+                } => {
+                    let mut make = || {
+                        Ok(SimulatedDevice::with_max_buffer_size(
+                            *capacity,
+                            *max_buffer,
+                        ))
+                    };
+                    one_run(
+                        kind,
+                        &mut make,
+                        t,
+                        limit,
+                        usage,
+                        a.min_budget,
+                        &pb,
+                        &mut |_| {},
+                    )?
+                }
+                Target::Gpu { device, .. } => {
+                    let smi = a.nvidia_smi;
+                    let before = if smi { nvidia_smi_used() } else { None };
+                    let (mut high, mut last) = (before, 0u64);
+                    let mut at_peak = None::<(u64, u64, u64)>;
+                    let mut probe = |s: &Sample| {
+                        let r = s.figures.reserved;
+                        if at_peak.is_none_or(|p| r > p.0)
+                            && let Some(rep) = device.generate_allocator_report()
+                        {
+                            at_peak =
+                                Some((r, rep.total_allocated_bytes, rep.total_reserved_bytes));
+                        }
+                        if smi && r as f64 > last as f64 * 1.5 {
+                            last = r;
+                            high = high.max(nvidia_smi_used());
+                        }
+                    };
+                    let mut make = || Ok(WgpuBackend::new(device, None));
+                    let mut probe_dyn: &mut dyn FnMut(&Sample) = &mut probe;
+                    let out =
+                        one_run(kind, &mut make, t, limit, usage, false, &pb, &mut probe_dyn)?;
+                    let after_replay = if smi { nvidia_smi_used() } else { None };
+                    let _ = device.poll(wgpu::PollType::wait_indefinitely());
+                    let after_empty = if smi { nvidia_smi_used() } else { None };
+                    let rep = device.generate_allocator_report();
+                    view = DriverView {
+                        nvidia_smi: smi.then_some([
+                            before,
+                            high.max(after_replay),
+                            after_replay,
+                            after_empty,
+                        ]),
+                        allocator_at_peak: at_peak,
+                        allocator_after_empty_cache: rep
+                            .map(|r| (0, r.total_allocated_bytes, r.total_reserved_bytes)),
+                    };
+                    let min = if a.min_budget {
+                        let hidden = ProgressBar::hidden();
+                        let mut make = || Ok(WgpuBackend::new(device, None));
+                        replay::min_budget(kind, &mut make, t, usage, &hidden)?
+                    } else {
+                        None
+                    };
+                    (out.0, min)
+                }
+            };
+            any_oom |= outcome.report.ooms > 0;
+            if c.summary && !c.json {
+                pb.suspend(|| {
+                    println!("memory_summary of {} under {}:", t.name, kind.name());
+                    if outcome.summary.is_empty() {
+                        println!("  ({} keeps no per-pool stats)\n", kind.name());
+                    } else {
+                        println!("{}", outcome.summary);
+                    }
+                });
+            }
+            if let Some(path) = &c.timeline {
+                let file = timeline_path(path, &t.name, kind.name(), runs > 1);
+                timeline::write(
+                    &file,
+                    &format!("{} — {} on {}", t.name, kind.name(), target.name()),
+                    &outcome.samples,
+                    limit,
+                )?;
+                pb.println(format!("wrote {}", file.display()));
+            }
+            rows.push((t.name.clone(), kind, limit, outcome, min, view));
+        }
+    }
+    pb.finish_and_clear();
+    print_replay(&rows, c, a.min_budget, &target);
+    Ok(if any_oom && budget.is_some() {
+        ExitCode::from(2)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+type Row = (
+    String,
+    PolicyKind,
+    Option<u64>,
+    Outcome,
+    Option<(f64, u64)>,
+    DriverView,
+);
+
+#[allow(clippy::too_many_arguments)]
+fn one_run<B: Backend>(
+    kind: PolicyKind,
+    make: &mut dyn FnMut() -> Result<B>,
+    t: &Trace,
+    limit: Option<u64>,
+    usage: u32,
+    find_min: bool,
+    pb: &ProgressBar,
+    probe: &mut dyn FnMut(&Sample),
+) -> Result<(Outcome, Option<(f64, u64)>)> {
+    let out = replay::run_policy(kind, make, t, limit, usage, pb, probe)?;
+    let min = if find_min {
+        replay::min_budget(kind, make, t, usage, &ProgressBar::hidden())?
+    } else {
+        None
+    };
+    Ok((out, min))
+}
+
+fn timeline_path(path: &Path, trace: &str, policy: &str, many: bool) -> PathBuf {
+    if !many {
+        return path.to_path_buf();
+    }
+    let stem = path
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or("timeline");
+    path.with_file_name(format!("{stem}-{trace}-{policy}.svg"))
+}
+
+fn print_replay(rows: &[Row], c: &Common, min: bool, target: &Target) {
+    if c.json {
+        let out: Vec<_> = rows
+            .iter()
+            .map(|(trace, kind, limit, o, m, view)| {
+                json!({
+                    "trace": trace,
+                    "policy": kind,
+                    "device": target.name(),
+                    "limit": limit,
+                    "report": o.report,
+                    "released_by_empty_cache": o.released_at_end,
+                    "min_budget": m.map(|m| m.0),
+                    "device_allocs_at_min_budget": m.map(|m| m.1),
+                    "driver": view,
+                })
+            })
+            .collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&out).expect("serialises")
+        );
+        return;
+    }
+    println!(
+        "{:<14} {:<10} {:>10} {:>10} {:>10} {:>6} {:>9} {:>8} {:>8} {:>5} {:>8} {:>10} {:>8}",
+        "trace",
+        "policy",
+        "budget",
+        "peak live",
+        "reserved",
+        "ratio",
+        "dev alloc",
+        "dev free",
+        "hit rate",
+        "OOMs",
+        "ns/op",
+        "min budget",
+        "at min"
+    );
+    for (trace, kind, limit, o, m, _) in rows {
+        let r = &o.report;
+        println!(
+            "{:<14} {:<10} {:>10} {:>10} {:>10} {:>6.3} {:>9} {:>8} {:>7.1}% {:>5} {:>8.0} {:>10} {:>8}",
+            trace,
+            kind.name(),
+            limit.map_or("none".into(), fmt_bytes),
+            fmt_bytes(r.peak_live),
+            fmt_bytes(r.peak_reserved),
+            r.reserved_ratio,
+            r.device_allocs,
+            r.device_frees,
+            100.0 * r.cache_hits as f64 / r.allocs.max(1) as f64,
+            r.ooms,
+            r.ns_per_op,
+            match m {
+                Some((x, _)) => format!("{x:.3}x"),
+                None if min => "> 4x".into(),
+                None => "-".into(),
+            },
+            m.map_or("-".into(), |m| m.1.to_string()),
+        );
+    }
+    for (trace, kind, _, o, _, view) in rows {
+        if let Some((pool, alloc, res)) = view.allocator_at_peak {
+            println!(
+                "{trace} {}: at the pool's peak it reserved {}; wgpu's allocator report then: {} allocated in {} of device memory blocks",
+                kind.name(),
+                fmt_bytes(pool),
+                fmt_bytes(alloc),
+                fmt_bytes(res)
+            );
+        }
+        if let Some((_, alloc, res)) = view.allocator_after_empty_cache {
+            println!(
+                "{trace} {}: empty_cache gave back {}; wgpu's allocator report after: {} allocated, {} reserved",
+                kind.name(),
+                fmt_bytes(o.released_at_end),
+                fmt_bytes(alloc),
+                fmt_bytes(res)
+            );
+        }
+        if let Some([before, high, after, empty]) = view.nvidia_smi {
+            let f = |x: Option<u64>| x.map_or("?".into(), fmt_bytes);
+            println!(
+                "{trace} {}: nvidia-smi used: before {}, peak seen {}, after replay {}, after empty_cache {}",
+                kind.name(),
+                f(before),
+                f(high),
+                f(after),
+                f(empty)
+            );
+        }
+    }
+}
+
+fn bench_cmd(a: &BenchArgs, c: &Common) -> Result<ExitCode> {
+    let sizes: Vec<u64> = if a.sizes.is_empty() {
+        bench::SIZES.to_vec()
+    } else {
+        a.sizes.clone()
+    };
+    if let Some(z) = sizes.iter().find(|&&s| s == 0) {
+        bail!("--sizes: a size of {z} bytes cannot be allocated; give sizes of at least 1 byte");
+    }
+    let target = Target::open(c, 141 << 30, 4 << 30)?;
+    if let Some(&big) = sizes.iter().find(|&&s| s > target.max_buffer()) {
+        bail!(
+            "--sizes: {big} bytes is above {}'s max_buffer_size of {}",
+            target.name(),
+            target.max_buffer()
+        );
+    }
+    let pb = bar(sizes.len() as u64, c);
+    let gpu = match &target {
+        Target::Gpu { device, queue, .. } => Some((device, queue)),
+        Target::Simulated { .. } => None,
+    };
+    let rows = bench::run(gpu, &sizes, Duration::from_millis(a.time_ms), &pb)?;
+    pb.finish_and_clear();
+    if c.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({"device": target.name(), "rows": rows}))?
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("on {}", target.name());
+    println!(
+        "{:>10} {:>18} {:>18} {:>12} {:>8} {:>16}",
+        "size", "raw create+destroy", "raw + poll", "pool hit", "ratio", "engine ns/op"
+    );
+    let t = |x: Option<f64>| x.map_or("-".into(), fmt_ns);
+    for r in rows {
+        println!(
+            "{:>10} {:>18} {:>18} {:>12} {:>8} {:>16.1}",
+            fmt_bytes(r.size),
+            t(r.raw_ns),
+            t(r.raw_poll_ns),
+            t(r.pool_ns),
+            r.ratio.map_or("-".into(), |x| format!("{x:.0}x")),
+            r.engine_ns_per_op
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn fmt_ns(ns: f64) -> String {
+    if ns >= 1e6 {
+        format!("{:.2} ms", ns / 1e6)
+    } else if ns >= 1e3 {
+        format!("{:.2} µs", ns / 1e3)
+    } else {
+        format!("{ns:.0} ns")
     }
 }

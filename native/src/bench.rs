@@ -1,0 +1,116 @@
+//! `bench`: a pool hit against raw `create_buffer` + `destroy`, and the
+//! engine's own cost per operation with no device call.
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use indicatif::ProgressBar;
+use serde::Serialize;
+use vrampool::{AllocDesc, Config, Engine, Pool, PoolOptions, Request, SimulatedDevice};
+
+/// Sizes `bench` measures: 256 B to 256 MiB, ×16 apart.
+pub const SIZES: [u64; 6] = [256, 4 << 10, 64 << 10, 1 << 20, 16 << 20, 256 << 20];
+
+/// One row of the table.
+#[derive(Debug, Serialize)]
+pub struct Row {
+    /// Bytes per request.
+    pub size: u64,
+    /// Raw `create_buffer` + `destroy`, ns per pair (None on the simulated device).
+    pub raw_ns: Option<f64>,
+    /// Raw create + destroy + `poll`, so the memory really goes back, ns.
+    pub raw_poll_ns: Option<f64>,
+    /// Pool hit: `alloc` + drop of a cached block, ns per pair.
+    pub pool_ns: Option<f64>,
+    /// `raw_ns / pool_ns`.
+    pub ratio: Option<f64>,
+    /// The engine alone (simulated device, warm cache): ns per allocate or free.
+    pub engine_ns_per_op: f64,
+}
+
+/// Runs `f` repeatedly for about `budget`, returning ns per call.
+fn time(budget: Duration, max_iters: u64, mut f: impl FnMut()) -> f64 {
+    f(); // warm up
+    let start = Instant::now();
+    let mut n = 0u64;
+    while n < max_iters && (n < 3 || start.elapsed() < budget) {
+        f();
+        n += 1;
+    }
+    start.elapsed().as_nanos() as f64 / n as f64
+}
+
+/// The engine's hot path at `size`: allocate + free of a cached block, ns per operation.
+pub fn engine_ns(size: u64, budget: Duration) -> f64 {
+    let mut e = Engine::new(SimulatedDevice::new(1 << 40), Config::default())
+        .expect("default config is valid");
+    // A few live neighbours, so the free path coalesces as in a real workload.
+    let _keep: Vec<_> = (0..8)
+        .map(|_| e.allocate(Request::new(size, 0)).expect("fits"))
+        .collect();
+    let per_pair = time(budget, u64::MAX, || {
+        let a = e.allocate(Request::new(black_box(size), 0)).expect("fits");
+        e.free(black_box(a.id)).expect("live");
+    });
+    per_pair / 2.0
+}
+
+/// Measures every size on `device` (or only the engine when `None`).
+pub fn run(
+    gpu: Option<(&wgpu::Device, &wgpu::Queue)>,
+    sizes: &[u64],
+    budget: Duration,
+    bar: &ProgressBar,
+) -> Result<Vec<Row>> {
+    let pool = match gpu {
+        Some((d, q)) => Some(Pool::new(d.clone(), q.clone(), PoolOptions::default())?),
+        None => None,
+    };
+    let mut rows = Vec::new();
+    for &size in sizes {
+        bar.set_message(vrampool::fmt_bytes(size));
+        let (mut raw_ns, mut raw_poll_ns, mut pool_ns) = (None, None, None);
+        if let (Some((device, _)), Some(pool)) = (gpu, &pool) {
+            // Big buffers cost milliseconds: cap iterations so each size takes ~budget.
+            let max = if size >= 64 << 20 { 40 } else { 1_000_000 };
+            let desc = wgpu::BufferDescriptor {
+                label: Some("vrampool bench raw"),
+                size,
+                usage: wgpu::BufferUsages::STORAGE
+                    | wgpu::BufferUsages::COPY_DST
+                    | wgpu::BufferUsages::COPY_SRC,
+                mapped_at_creation: false,
+            };
+            raw_ns = Some(time(budget, max, || {
+                let b = device.create_buffer(&desc);
+                b.destroy();
+            }));
+            let _ = device.poll(wgpu::PollType::wait_indefinitely());
+            raw_poll_ns = Some(time(budget, max, || {
+                let b = device.create_buffer(&desc);
+                b.destroy();
+                drop(b);
+                let _ = device.poll(wgpu::PollType::Poll);
+            }));
+            drop(pool.alloc(AllocDesc::storage(size))?); // warm the cache
+            pool_ns = Some(time(budget, 10_000_000, || {
+                let b = pool
+                    .alloc(AllocDesc::storage(black_box(size)))
+                    .expect("cached");
+                drop(black_box(b));
+            }));
+            pool.empty_cache();
+        }
+        rows.push(Row {
+            size,
+            raw_ns,
+            raw_poll_ns,
+            pool_ns,
+            ratio: raw_ns.zip(pool_ns).map(|(r, p)| r / p),
+            engine_ns_per_op: engine_ns(size, budget),
+        });
+        bar.inc(1);
+    }
+    Ok(rows)
+}

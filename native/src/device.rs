@@ -1,0 +1,143 @@
+//! Finding and opening adapters: `--adapter` and `info`.
+
+use anyhow::{Context, Result, bail};
+use serde::Serialize;
+
+/// Every adapter wgpu finds, on every backend this build supports (narrowed by
+/// the `WGPU_BACKEND` environment variable, e.g. `WGPU_BACKEND=vulkan`).
+pub fn adapters() -> Vec<wgpu::Adapter> {
+    let desc = wgpu::InstanceDescriptor::new_without_display_handle();
+    let backends = wgpu::Backends::from_env().unwrap_or(desc.backends);
+    let instance = wgpu::Instance::new(wgpu::InstanceDescriptor { backends, ..desc });
+    pollster::block_on(instance.enumerate_adapters(backends))
+}
+
+/// The adapter `--adapter` names: its index in `info`'s list, or a
+/// case-insensitive part of its name; the first one without `--adapter`.
+pub fn pick(selector: Option<&str>) -> Result<wgpu::Adapter> {
+    let all = adapters();
+    if all.is_empty() {
+        bail!(
+            "no GPU adapter found (wgpu saw none on Vulkan, Metal, DX12 or GL). \
+             Install a driver (Debian: apt-get install -y mesa-vulkan-drivers), \
+             or pass --simulate to use the simulated device"
+        );
+    }
+    let Some(sel) = selector else {
+        return Ok(all.into_iter().next().expect("not empty"));
+    };
+    let names: Vec<String> = all
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            let info = a.get_info();
+            format!("{i}: {} ({:?})", info.name, info.backend)
+        })
+        .collect();
+    if let Ok(i) = sel.parse::<usize>() {
+        let n = all.len();
+        return all.into_iter().nth(i).with_context(|| {
+            format!(
+                "--adapter {i}: there are only {n} adapters ({})",
+                names.join(", ")
+            )
+        });
+    }
+    let want = sel.to_lowercase();
+    all.into_iter()
+        .find(|a| a.get_info().name.to_lowercase().contains(&want))
+        .with_context(|| {
+            format!(
+                "--adapter {sel:?} matches no adapter; found: {}",
+                names.join(", ")
+            )
+        })
+}
+
+/// Opens a device with the adapter's own limits (so `max_buffer_size` is the
+/// hardware's, not WebGPU's 256 MiB default).
+pub fn open(adapter: &wgpu::Adapter) -> Result<(wgpu::Device, wgpu::Queue)> {
+    pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+        label: Some("vrampool harness"),
+        required_limits: adapter.limits(),
+        ..Default::default()
+    }))
+    .with_context(|| format!("cannot open a device on {}", adapter.get_info().name))
+}
+
+/// What `info` prints for one adapter.
+#[derive(Debug, Serialize)]
+pub struct AdapterReport {
+    /// Index for `--adapter`.
+    pub index: usize,
+    /// Adapter name.
+    pub name: String,
+    /// Vulkan, Metal, DX12, GL.
+    pub backend: String,
+    /// Discrete, integrated, CPU …
+    pub device_type: String,
+    /// Driver name.
+    pub driver: String,
+    /// Driver version or details.
+    pub driver_info: String,
+    /// Largest single buffer.
+    pub max_buffer_size: u64,
+    /// Largest storage binding.
+    pub max_storage_buffer_binding_size: u64,
+    /// Largest uniform binding.
+    pub max_uniform_buffer_binding_size: u64,
+    /// Storage binding offsets must be multiples of this.
+    pub min_storage_buffer_offset_alignment: u32,
+    /// Uniform binding offsets must be multiples of this.
+    pub min_uniform_buffer_offset_alignment: u32,
+    /// wgpu's allocator report after creating one 1 MiB buffer, where the
+    /// backend gives one: (allocated, reserved, memory blocks).
+    pub allocator_report: Option<(u64, u64, usize)>,
+}
+
+/// Describes every adapter.
+pub fn info() -> Result<Vec<AdapterReport>> {
+    let all = adapters();
+    if all.is_empty() {
+        bail!(
+            "no GPU adapter found. Install a driver (Debian: apt-get install -y mesa-vulkan-drivers)"
+        );
+    }
+    let mut out = Vec::new();
+    for (index, a) in all.iter().enumerate() {
+        let i = a.get_info();
+        let l = a.limits();
+        let allocator_report = open(a).ok().and_then(|(device, _q)| {
+            let b = device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("vrampool info probe"),
+                size: 1 << 20,
+                usage: wgpu::BufferUsages::STORAGE,
+                mapped_at_creation: false,
+            });
+            let r = device.generate_allocator_report().map(|r| {
+                (
+                    r.total_allocated_bytes,
+                    r.total_reserved_bytes,
+                    r.blocks.len(),
+                )
+            });
+            b.destroy();
+            r
+        });
+        out.push(AdapterReport {
+            index,
+            name: i.name,
+            backend: format!("{:?}", i.backend),
+            device_type: format!("{:?}", i.device_type),
+            driver: i.driver,
+            driver_info: i.driver_info,
+            max_buffer_size: l.max_buffer_size,
+            max_storage_buffer_binding_size: l.max_storage_buffer_binding_size,
+            max_uniform_buffer_binding_size: l.max_uniform_buffer_binding_size,
+            min_storage_buffer_offset_alignment: l.min_storage_buffer_offset_alignment,
+            min_uniform_buffer_offset_alignment: l.min_uniform_buffer_offset_alignment,
+            allocator_report,
+        });
+    }
+    Ok(out)
+}

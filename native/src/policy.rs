@@ -1,0 +1,333 @@
+//! The allocation policies `replay --policy` compares, all over the same
+//! [`Backend`] (the simulated device or a real wgpu device):
+//!
+//! - `vrampool`: the engine with its measured default configuration;
+//! - `pytorch`: the same engine configured as PyTorch's caching allocator
+//!   ([`Config::pytorch`]);
+//! - `none`: no pool, one device buffer created and destroyed per request;
+//! - `size-class`: whole buffers cached by power-of-two size class, the scheme
+//!   most wgpu pools use, releasing the cache only when a request would fail.
+
+use std::collections::HashMap;
+
+use clap::ValueEnum;
+use vrampool::{
+    Backend, BlockId, Config, DeviceError, Engine, Error, Limit, Request, SegmentDesc, Stats,
+};
+
+/// Which policy to replay with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PolicyKind {
+    /// vrampool's default: segments, best fit, split/coalesce, soft headroom.
+    Vrampool,
+    /// PyTorch's caching allocator scheme (512 B rounding, 2/20 MiB segments, best fit with split).
+    Pytorch,
+    /// Power-of-two size classes of whole buffers, cached (most wgpu pools).
+    SizeClass,
+    /// No pool: create_buffer and destroy for every request.
+    None,
+}
+
+impl PolicyKind {
+    /// Every policy, in the order `--compare` prints them.
+    pub const ALL: [PolicyKind; 4] = [
+        PolicyKind::Vrampool,
+        PolicyKind::Pytorch,
+        PolicyKind::SizeClass,
+        PolicyKind::None,
+    ];
+
+    /// The name `--policy` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            PolicyKind::Vrampool => "vrampool",
+            PolicyKind::Pytorch => "pytorch",
+            PolicyKind::SizeClass => "size-class",
+            PolicyKind::None => "none",
+        }
+    }
+}
+
+/// Why a policy refused a request.
+#[derive(Debug)]
+pub enum Refusal {
+    /// Out of memory (budget or device), after releasing the cache.
+    OutOfMemory,
+    /// Anything else; the replay stops with this message.
+    Fatal(String),
+}
+
+/// Byte and call counts every policy keeps, in the engine's words.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct Figures {
+    /// Bytes in blocks handed out (after the policy's rounding).
+    pub allocated: u64,
+    /// Bytes held from the device.
+    pub reserved: u64,
+    /// Reserved but not handed out.
+    pub cached: u64,
+    /// Device buffers created.
+    pub device_allocs: u64,
+    /// Device buffers destroyed.
+    pub device_frees: u64,
+    /// Requests served without a device call.
+    pub cache_hits: u64,
+    /// Requests that released cache and tried again.
+    pub retries: u64,
+}
+
+/// An allocator the replay can drive.
+pub trait Policy {
+    /// Opaque handle of one allocation.
+    type Handle: Copy;
+    /// Whether [`Policy::figures`] is cheap enough to call after every operation
+    /// (to track peaks the policy does not keep itself).
+    const TRACKS_PEAK_CHEAPLY: bool = true;
+    /// Allocates `size` bytes.
+    fn allocate(&mut self, size: u64) -> Result<Self::Handle, Refusal>;
+    /// Frees an allocation.
+    fn free(&mut self, h: Self::Handle);
+    /// Current figures.
+    fn figures(&self) -> Figures;
+    /// Gives every cached byte back to the device; returns how many.
+    fn empty_cache(&mut self) -> u64;
+    /// The engine's stats, for policies built on it.
+    fn stats(&self) -> Option<Stats> {
+        None
+    }
+}
+
+/// The engine as a policy (vrampool's default or PyTorch's configuration).
+pub struct EnginePolicy<B: Backend> {
+    /// The engine.
+    pub engine: Engine<B>,
+    usage: u32,
+}
+
+impl<B: Backend> EnginePolicy<B> {
+    /// An engine over `backend` with `config` and a hard `limit`.
+    pub fn new(
+        backend: B,
+        mut config: Config,
+        limit: Option<u64>,
+        usage: u32,
+    ) -> Result<Self, Error> {
+        config.limit = limit.map(Limit::Bytes);
+        Ok(EnginePolicy {
+            engine: Engine::new(backend, config)?,
+            usage,
+        })
+    }
+}
+
+impl<B: Backend> Policy for EnginePolicy<B> {
+    type Handle = BlockId;
+    const TRACKS_PEAK_CHEAPLY: bool = false;
+    fn allocate(&mut self, size: u64) -> Result<BlockId, Refusal> {
+        match self.engine.allocate(Request::new(size, self.usage)) {
+            Ok(a) => Ok(a.id),
+            Err(Error::OutOfMemory(_)) => Err(Refusal::OutOfMemory),
+            Err(e) => Err(Refusal::Fatal(e.to_string())),
+        }
+    }
+    fn free(&mut self, h: BlockId) {
+        self.engine
+            .free(h)
+            .expect("the replay frees only blocks it allocated");
+    }
+    fn figures(&self) -> Figures {
+        let s = self.engine.stats();
+        Figures {
+            allocated: s.total.allocated_bytes.current,
+            reserved: s.total.reserved_bytes.current,
+            cached: s.total.cached_bytes.current,
+            device_allocs: s.counters.device_allocs,
+            device_frees: s.counters.device_frees,
+            cache_hits: s.counters.cache_hits,
+            retries: s.counters.alloc_retries,
+        }
+    }
+    fn empty_cache(&mut self) -> u64 {
+        self.engine.empty_cache()
+    }
+    fn stats(&self) -> Option<Stats> {
+        Some(self.engine.stats())
+    }
+}
+
+/// Bookkeeping shared by the two baselines: a slab of device buffers and a budget.
+struct Device<B: Backend> {
+    backend: B,
+    slab: Vec<Option<(B::Segment, u64)>>,
+    free_slots: Vec<usize>,
+    limit: Option<u64>,
+    usage: u32,
+    f: Figures,
+}
+
+impl<B: Backend> Device<B> {
+    fn new(backend: B, limit: Option<u64>, usage: u32) -> Self {
+        Device {
+            backend,
+            slab: Vec::new(),
+            free_slots: Vec::new(),
+            limit,
+            usage,
+            f: Figures::default(),
+        }
+    }
+
+    fn fits(&self, size: u64) -> bool {
+        self.limit.is_none_or(|l| self.f.reserved + size <= l)
+    }
+
+    fn create(&mut self, size: u64) -> Result<usize, Refusal> {
+        if size > self.backend.max_segment_size() {
+            return Err(Refusal::Fatal(
+                Error::TooLarge {
+                    requested: size,
+                    max_buffer_size: self.backend.max_segment_size(),
+                }
+                .to_string(),
+            ));
+        }
+        if !self.fits(size) {
+            return Err(Refusal::OutOfMemory);
+        }
+        let seg = self
+            .backend
+            .create_segment(&SegmentDesc {
+                size,
+                usage: self.usage,
+                label: "vrampool baseline buffer",
+            })
+            .map_err(|e| match e {
+                DeviceError::OutOfMemory => Refusal::OutOfMemory,
+                other => Refusal::Fatal(other.to_string()),
+            })?;
+        self.f.device_allocs += 1;
+        self.f.reserved += size;
+        let slot = match self.free_slots.pop() {
+            Some(i) => {
+                self.slab[i] = Some((seg, size));
+                i
+            }
+            None => {
+                self.slab.push(Some((seg, size)));
+                self.slab.len() - 1
+            }
+        };
+        Ok(slot)
+    }
+
+    fn destroy(&mut self, slot: usize) {
+        let (seg, size) = self.slab[slot].take().expect("live slot");
+        self.free_slots.push(slot);
+        self.backend.destroy_segment(seg);
+        self.f.device_frees += 1;
+        self.f.reserved -= size;
+    }
+
+    fn size(&self, slot: usize) -> u64 {
+        self.slab[slot].as_ref().map_or(0, |s| s.1)
+    }
+}
+
+/// No pool: every request is its own device buffer (size rounded up to 4
+/// bytes, as wgpu requires for copies), destroyed on free.
+pub struct NoCache<B: Backend>(Device<B>);
+
+impl<B: Backend> NoCache<B> {
+    /// Over `backend`, refusing to hold more than `limit` bytes.
+    pub fn new(backend: B, limit: Option<u64>, usage: u32) -> Self {
+        NoCache(Device::new(backend, limit, usage))
+    }
+}
+
+impl<B: Backend> Policy for NoCache<B> {
+    type Handle = usize;
+    fn allocate(&mut self, size: u64) -> Result<usize, Refusal> {
+        let slot = self.0.create(size.div_ceil(4) * 4)?;
+        self.0.f.allocated += self.0.size(slot);
+        Ok(slot)
+    }
+    fn free(&mut self, h: usize) {
+        self.0.f.allocated -= self.0.size(h);
+        self.0.destroy(h);
+        self.0.backend.flush_releases();
+    }
+    fn figures(&self) -> Figures {
+        self.0.f
+    }
+    fn empty_cache(&mut self) -> u64 {
+        0
+    }
+}
+
+/// Whole buffers cached by power-of-two size class (at least 256 B); a
+/// request above the device's largest buffer class gets its exact size. The
+/// cache is released only when a new buffer would not fit the budget.
+pub struct SizeClass<B: Backend> {
+    dev: Device<B>,
+    cache: HashMap<u64, Vec<usize>>,
+}
+
+impl<B: Backend> SizeClass<B> {
+    /// Over `backend`, refusing to hold more than `limit` bytes.
+    pub fn new(backend: B, limit: Option<u64>, usage: u32) -> Self {
+        SizeClass {
+            dev: Device::new(backend, limit, usage),
+            cache: HashMap::new(),
+        }
+    }
+
+    fn class(&self, size: u64) -> u64 {
+        let c = size.max(256).next_power_of_two();
+        if c > self.dev.backend.max_segment_size() {
+            size.div_ceil(4) * 4
+        } else {
+            c
+        }
+    }
+}
+
+impl<B: Backend> Policy for SizeClass<B> {
+    type Handle = usize;
+    fn allocate(&mut self, size: u64) -> Result<usize, Refusal> {
+        let class = self.class(size);
+        if let Some(slot) = self.cache.get_mut(&class).and_then(Vec::pop) {
+            self.dev.f.cache_hits += 1;
+            self.dev.f.cached -= class;
+            self.dev.f.allocated += class;
+            return Ok(slot);
+        }
+        if !self.dev.fits(class) && self.dev.f.cached > 0 {
+            self.dev.f.retries += 1;
+            self.empty_cache();
+        }
+        let slot = self.dev.create(class)?;
+        self.dev.f.allocated += class;
+        Ok(slot)
+    }
+    fn free(&mut self, h: usize) {
+        let class = self.dev.size(h);
+        self.dev.f.allocated -= class;
+        self.dev.f.cached += class;
+        self.cache.entry(class).or_default().push(h);
+    }
+    fn figures(&self) -> Figures {
+        self.dev.f
+    }
+    fn empty_cache(&mut self) -> u64 {
+        let released = self.dev.f.cached;
+        for (_, slots) in self.cache.drain() {
+            for s in slots {
+                self.dev.destroy(s);
+            }
+        }
+        self.dev.f.cached = 0;
+        self.dev.backend.flush_releases();
+        released
+    }
+}

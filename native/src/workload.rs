@@ -1,0 +1,244 @@
+//! `workload`: trains the MLP of `vrampool-workload` on a GPU, every tensor
+//! from the pool, and `--find-batch` tunes the batch to the budget.
+
+use std::process::ExitCode;
+
+use anyhow::{Context, Result, bail};
+use clap::ValueEnum;
+use serde_json::json;
+use vrampool::{Config, Limit, Pool, PoolOptions, fmt_bytes};
+use vrampool_workload::{MlpConfig, Trainer, dry_run, find_batch};
+
+use crate::replay::Sample;
+use crate::{Common, Target, WorkloadArgs, bar, timeline};
+
+/// Weight storage, as `--dtype` spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Dtype {
+    /// 4 bytes per weight.
+    F32,
+    /// 2 bytes per weight (decoded with unpack2x16float).
+    F16,
+    /// 1 byte per weight, one scale per tensor.
+    Int8,
+}
+
+impl From<Dtype> for vrampool_workload::Dtype {
+    fn from(d: Dtype) -> Self {
+        match d {
+            Dtype::F32 => vrampool_workload::Dtype::F32,
+            Dtype::F16 => vrampool_workload::Dtype::F16,
+            Dtype::Int8 => vrampool_workload::Dtype::Int8,
+        }
+    }
+}
+
+/// The largest batch `--find-batch` tries.
+const MAX_BATCH: u32 = 1 << 20;
+
+pub fn command(a: &WorkloadArgs, c: &Common) -> Result<ExitCode> {
+    if a.steps < 2 {
+        bail!(
+            "--steps {}: give at least 2 so the loss can be seen to fall",
+            a.steps
+        );
+    }
+    if a.batch == 0 || a.hidden == 0 {
+        bail!("--batch and --hidden must be at least 1");
+    }
+    if !(a.lr > 0.0 && a.lr.is_finite()) {
+        bail!("--lr {}: the learning rate must be a positive number", a.lr);
+    }
+    let mut cfg = MlpConfig {
+        batch: a.batch,
+        hidden: a.hidden,
+        dtype: a.dtype.into(),
+        lr: a.lr,
+        ..MlpConfig::default()
+    };
+    let mut found = None;
+    if a.find_batch {
+        let budget = a.budget.expect("clap requires --budget");
+        let Some(b) = find_batch(&cfg, budget, MAX_BATCH) else {
+            let need = dry_run(&MlpConfig { batch: 1, ..cfg }, u64::MAX / 4, 2)
+                .map(|s| s.total.reserved_bytes.peak)
+                .unwrap_or(0);
+            bail!(
+                "--budget {budget}: not even a batch of 1 fits (it needs {}); raise the budget or lower --hidden",
+                fmt_bytes(need)
+            );
+        };
+        let s = dry_run(&MlpConfig { batch: b, ..cfg }, budget, 2)?;
+        if !c.json {
+            println!(
+                "dry run on the simulated device: the largest batch within {} is {b} (peak reserved {})",
+                fmt_bytes(budget),
+                fmt_bytes(s.total.reserved_bytes.peak)
+            );
+        }
+        found = Some((b, s.total.reserved_bytes.peak));
+        cfg.batch = b;
+    }
+    let target = Target::open(c, 141 << 30, 4 << 30)?;
+    let Target::Gpu { device, queue, .. } = &target else {
+        // The simulated device runs no shaders: report the dry run alone.
+        let s = dry_run(&cfg, a.budget.unwrap_or(u64::MAX / 4), a.steps)?;
+        if c.json {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(
+                    &json!({"device": target.name(), "config": cfg, "found_batch": found.map(|f| f.0), "stats": s})
+                )?
+            );
+        } else {
+            println!(
+                "simulated: {} steps of batch {} would reserve at most {} ({} device allocations, {} cache hits)",
+                a.steps,
+                cfg.batch,
+                fmt_bytes(s.total.reserved_bytes.peak),
+                s.counters.device_allocs,
+                s.counters.cache_hits
+            );
+            if c.summary {
+                println!("{}", s.summary());
+            }
+        }
+        return Ok(ExitCode::SUCCESS);
+    };
+    let pool = Pool::new(
+        device.clone(),
+        queue.clone(),
+        PoolOptions {
+            config: Config {
+                limit: a.budget.map(Limit::Bytes),
+                ..Config::default()
+            },
+            ..PoolOptions::default()
+        },
+    )?;
+    let mut trainer =
+        pollster::block_on(Trainer::new(&pool, cfg)).context("cannot set up the model")?;
+    let pb = bar(a.steps as u64, c);
+    let mut losses = Vec::new();
+    let mut samples = Vec::new();
+    let every = (a.steps / 10).max(1);
+    let mut peak_reserved = pool.stats().total.reserved_bytes.peak;
+    for s in 0..a.steps {
+        pool.reset_peak_stats();
+        let read = s == 0 || s + 1 == a.steps || s % every == 0;
+        let r = pollster::block_on(trainer.step(&pool, read))
+            .with_context(|| format!("training step {s} (batch {})", cfg.batch))?;
+        if let Some(l) = r.loss {
+            losses.push((s, l));
+            pb.set_message(format!("loss {l:.4}"));
+        }
+        let st = pool.stats();
+        peak_reserved = peak_reserved.max(st.total.reserved_bytes.peak);
+        for (k, allocated) in [
+            st.total.allocated_bytes.peak,
+            st.total.allocated_bytes.current,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            samples.push(Sample {
+                op: 2 * s as u64 + k as u64,
+                live: allocated,
+                figures: crate::policy::Figures {
+                    allocated,
+                    reserved: st.total.reserved_bytes.current,
+                    cached: st.total.reserved_bytes.current - allocated,
+                    device_allocs: st.counters.device_allocs,
+                    device_frees: st.counters.device_frees,
+                    cache_hits: st.counters.cache_hits,
+                    retries: st.counters.alloc_retries,
+                },
+            });
+        }
+        pb.inc(1);
+    }
+    pb.finish_and_clear();
+    let stats = pool.stats();
+    let summary = pool.memory_summary();
+    let (first, last) = (losses[0].1, losses[losses.len() - 1].1);
+    let saved = cfg.f32_weight_bytes() - cfg.weight_bytes();
+    if let Some(path) = &c.timeline {
+        timeline::write(
+            path,
+            &format!(
+                "MLP batch {} {:?} on {}",
+                cfg.batch,
+                cfg.dtype,
+                target.name()
+            ),
+            &samples,
+            a.budget,
+        )?;
+    }
+    if c.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({
+                "device": target.name(),
+                "config": cfg,
+                "found_batch": found.map(|f| f.0),
+                "dry_run_peak_reserved": found.map(|f| f.1),
+                "losses": losses,
+                "first_loss": first,
+                "last_loss": last,
+                "weight_bytes": cfg.weight_bytes(),
+                "f32_weight_bytes": cfg.f32_weight_bytes(),
+                "saved_bytes": saved,
+                "peak_reserved": peak_reserved,
+                "stats": stats,
+            }))?
+        );
+    } else {
+        println!(
+            "on {}: {} steps, batch {}, hidden {}, weights {:?}",
+            target.name(),
+            a.steps,
+            cfg.batch,
+            cfg.hidden,
+            cfg.dtype
+        );
+        println!(
+            "loss {first:.4} -> {last:.4} ({})",
+            losses
+                .iter()
+                .map(|(s, l)| format!("{s}: {l:.4}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        println!(
+            "weights {} ({} as f32: {} saved)",
+            fmt_bytes(cfg.weight_bytes()),
+            fmt_bytes(cfg.f32_weight_bytes()),
+            fmt_bytes(saved)
+        );
+        println!(
+            "pool: peak allocated {}, peak reserved {}, {} device allocations, {} of {} requests from the cache, {} OOMs",
+            fmt_bytes(stats.total.allocated_bytes.peak),
+            fmt_bytes(peak_reserved),
+            stats.counters.device_allocs,
+            stats.counters.cache_hits,
+            stats.counters.allocs,
+            stats.counters.ooms
+        );
+        if let Some((b, peak)) = found {
+            println!(
+                "found batch {b}: the dry run reserved {}, the GPU run {} (budget {})",
+                fmt_bytes(peak),
+                fmt_bytes(peak_reserved),
+                fmt_bytes(a.budget.unwrap_or(0))
+            );
+        }
+        if c.summary {
+            println!("{summary}");
+        }
+    }
+    if last.partial_cmp(&first) != Some(std::cmp::Ordering::Less) {
+        bail!("the loss did not fall ({first} -> {last}); try a smaller --lr or more --steps");
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,358 @@
+//! The `vrampool` binary end to end: every subcommand once on small inputs on
+//! the real GPU adapter (lavapipe in CI) or the simulated device, checking the
+//! numbers that must hold; and every bad input the harness promises to refuse
+//! with one clear error line.
+
+use std::path::PathBuf;
+
+use assert_cmd::Command;
+use serde_json::Value;
+
+fn vrampool() -> Command {
+    let mut c = Command::cargo_bin("vrampool").expect("binary built");
+    // lavapipe warns when XDG_RUNTIME_DIR is unset; keep stderr to our own lines.
+    c.env("XDG_RUNTIME_DIR", std::env::temp_dir());
+    c
+}
+
+fn trace(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/traces")
+        .join(format!("{name}.csv.gz"))
+}
+
+fn json(c: &mut Command) -> Value {
+    let out = c.arg("--json").output().expect("runs");
+    assert!(
+        out.status.success(),
+        "failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("valid JSON on stdout")
+}
+
+fn f(v: &Value) -> f64 {
+    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+#[test]
+fn info_lists_the_adapter_with_memory_limits() {
+    let v = json(vrampool().arg("info"));
+    let a = &v.as_array().expect("a list")[0];
+    assert!(f(&a["max_buffer_size"]) >= (256 << 20) as f64);
+    assert!(f(&a["min_storage_buffer_offset_alignment"]) >= 4.0);
+    assert!(!a["name"].as_str().unwrap().is_empty());
+    // Vulkan gives an allocator report; the 1 MiB probe is in it.
+    let (allocated, reserved) = (f(&a["allocator_report"][0]), f(&a["allocator_report"][1]));
+    assert!(allocated >= (1 << 20) as f64 && reserved >= allocated);
+    vrampool()
+        .arg("info")
+        .assert()
+        .success()
+        .stdout(predicates::str::contains("max_buffer_size"));
+}
+
+#[test]
+fn compare_on_a_real_trace_beats_the_baselines() {
+    let v = json(
+        vrampool()
+            .args(["replay", "--simulate", "--compare", "--min-budget"])
+            .arg(trace("resnet_train")),
+    );
+    let rows = v.as_array().unwrap();
+    assert_eq!(rows.len(), 4);
+    let by = |p: &str| rows.iter().find(|r| r["policy"] == p).expect(p);
+    for r in rows {
+        let rep = &r["report"];
+        assert!(f(&rep["peak_reserved"]) >= f(&rep["peak_live"]), "{r}");
+        assert_eq!(f(&rep["ooms"]), 0.0);
+        assert_eq!(f(&rep["allocs"]), 3549.0);
+    }
+    // No pool: one device buffer per request, nothing held beyond live.
+    let none = &by("none")["report"];
+    assert_eq!(f(&none["device_allocs"]), f(&none["allocs"]));
+    assert!(f(&none["reserved_ratio"]) < 1.001);
+    let ours = by("vrampool");
+    assert!(f(&ours["report"]["reserved_ratio"]) <= 1.10);
+    assert!(f(&ours["min_budget"]) <= 1.03);
+    for other in ["pytorch", "size-class"] {
+        let o = by(other);
+        assert!(f(&ours["report"]["reserved_ratio"]) < f(&o["report"]["reserved_ratio"]));
+        assert!(f(&ours["min_budget"]) <= f(&o["min_budget"]));
+        assert!(f(&ours["report"]["device_allocs"]) <= f(&o["report"]["device_allocs"]));
+    }
+}
+
+#[test]
+fn replay_on_the_gpu_matches_wgpus_allocator_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("t.svg");
+    let v = json(
+        vrampool()
+            .args(["replay", "--scale", "32", "--budget", "1.05x"])
+            .arg(trace("gpt_train"))
+            .arg("--timeline")
+            .arg(&svg),
+    );
+    let r = &v[0];
+    assert_ne!(r["device"].as_str().unwrap(), "simulated");
+    let rep = &r["report"];
+    assert_eq!(f(&rep["ooms"]), 0.0);
+    assert!(f(&rep["peak_reserved"]) <= f(&r["limit"]));
+    // At the pool's peak, wgpu has at least the pool's segments allocated.
+    let peak = &r["driver"]["allocator_at_peak"];
+    assert!(f(&peak[1]) >= f(&peak[0]), "{peak}");
+    // After empty_cache, what the pool gave back left wgpu's allocator.
+    let after = &r["driver"]["allocator_after_empty_cache"];
+    assert!(f(&after[1]) + f(&r["released_by_empty_cache"]) <= f(&peak[1]) + 1.0);
+    assert!(f(&after[1]) < f(&peak[0]));
+    let chart = std::fs::read_to_string(&svg).unwrap();
+    assert!(chart.starts_with("<svg") && chart.contains("reserved") && chart.contains("budget"));
+}
+
+#[test]
+fn summary_prints_memory_summary() {
+    vrampool()
+        .args(["replay", "--simulate", "--summary"])
+        .arg(trace("resnet_train"))
+        .assert()
+        .success()
+        .stdout(predicates::str::contains("memory_summary of resnet_train"))
+        .stdout(predicates::str::contains("Reserved memory"));
+}
+
+#[test]
+fn bench_pool_hit_is_cheaper_than_create_buffer() {
+    let v = json(vrampool().args(["bench", "--sizes", "4096,16777216", "--time-ms", "30"]));
+    for row in v["rows"].as_array().unwrap() {
+        let (raw, pool) = (f(&row["raw_ns"]), f(&row["pool_ns"]));
+        assert!(raw > 0.0 && pool > 0.0);
+        assert!(f(&row["engine_ns_per_op"]) < 5_000.0);
+        assert!((f(&row["ratio"]) - raw / pool).abs() < 1e-6);
+    }
+}
+
+#[test]
+fn workload_trains_with_quantized_weights() {
+    for (dtype, words) in [("f32", 1.0), ("f16", 2.0), ("int8", 4.0)] {
+        let v = json(vrampool().args([
+            "workload", "--batch", "32", "--hidden", "64", "--steps", "20", "--dtype", dtype,
+        ]));
+        assert!(
+            f(&v["last_loss"]) < 0.8 * f(&v["first_loss"]),
+            "{dtype}: {v}"
+        );
+        assert_eq!(
+            f(&v["weight_bytes"]) * words,
+            f(&v["f32_weight_bytes"]),
+            "{dtype}"
+        );
+        // Step tensors come back from the cache after the first step.
+        let s = &v["stats"]["counters"];
+        assert!(f(&s["cache_hits"]) >= 0.8 * f(&s["allocs"]), "{s}");
+    }
+}
+
+#[test]
+fn find_batch_fits_the_budget_on_the_gpu() {
+    let budget = 24u64 << 20;
+    let v = json(vrampool().args([
+        "workload",
+        "--hidden",
+        "128",
+        "--steps",
+        "3",
+        "--find-batch",
+        "--budget",
+        &budget.to_string(),
+    ]));
+    let batch = f(&v["found_batch"]);
+    assert!(batch > 1000.0, "{v}");
+    assert!(f(&v["peak_reserved"]) <= budget as f64);
+    assert_eq!(f(&v["stats"]["counters"]["ooms"]), 0.0);
+    // The simulated dry run alone says the same batch.
+    let sim = json(vrampool().args([
+        "workload",
+        "--simulate",
+        "--hidden",
+        "128",
+        "--steps",
+        "3",
+        "--find-batch",
+        "--budget",
+        &budget.to_string(),
+    ]));
+    assert_eq!(f(&sim["found_batch"]), batch);
+}
+
+/// Runs the binary expecting one clear error line on stderr.
+fn refuses(args: &[&str], env: &[(&str, &str)], says: &str) {
+    let mut c = vrampool();
+    c.args(args);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let out = c.output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{args:?} succeeded");
+    assert!(
+        !err.contains("panicked") && !err.contains("backtrace"),
+        "{err}"
+    );
+    let lines: Vec<&str> = err
+        .lines()
+        .filter(|l| !l.contains("XDG_RUNTIME_DIR") && !l.trim().is_empty())
+        .collect();
+    assert_eq!(lines.len(), 1, "{args:?}: expected one line, got {err}");
+    assert!(lines[0].starts_with("error: "), "{err}");
+    assert!(lines[0].contains(says), "{args:?}: `{err}` lacks `{says}`");
+}
+
+fn file(dir: &tempfile::TempDir, name: &str, body: &str) -> String {
+    let p = dir.path().join(name);
+    std::fs::write(&p, body).unwrap();
+    p.to_str().unwrap().to_string()
+}
+
+const H: &str = "Thread,Time,Action,Pointer,Size,Stream\n";
+
+#[test]
+fn bad_traces_are_refused_with_their_line() {
+    let d = tempfile::tempdir().unwrap();
+    let cases = [
+        ("missing", None, "cannot read trace"),
+        (
+            "size",
+            Some(format!("{H}0,0,allocate,0x10,12ab,0x0\n")),
+            "line 2: size `12ab` is not a non-negative integer",
+        ),
+        (
+            "negative",
+            Some(format!("{H}0,0,allocate,0x10,-5,0x0\n")),
+            "line 2: size `-5`",
+        ),
+        (
+            "action",
+            Some(format!(
+                "{H}0,0,allocate,0x10,512,0x0\n0,0,resize,0x10,512,0x0\n"
+            )),
+            "line 3: unknown action `resize`",
+        ),
+        (
+            "unknown",
+            Some(format!("{H}0,0,free,0x99,512,0x0\n")),
+            "line 2: free of pointer 0x99, which is not live",
+        ),
+        (
+            "double",
+            Some(format!(
+                "{H}0,0,allocate,0x10,512,0x0\n0,0,free,0x10,512,0x0\n0,0,free,0x10,512,0x0\n"
+            )),
+            "line 4: free of pointer 0x10",
+        ),
+        (
+            "zero",
+            Some(format!("{H}0,0,allocate,0x10,0,0x0\n")),
+            "line 2: allocation of size 0",
+        ),
+        (
+            "header",
+            Some("a,b,c\n1,2,3\n".to_string()),
+            "line 1: expected the RMM header",
+        ),
+        (
+            "columns",
+            Some(format!("{H}0,0,allocate,0x10\n")),
+            "line 2: expected 6 columns",
+        ),
+        ("empty", Some(H.to_string()), "holds no allocation"),
+    ];
+    for (name, body, says) in cases {
+        let path = match body {
+            Some(b) => file(&d, &format!("{name}.csv"), &b),
+            None => d.path().join("nope.csv").to_str().unwrap().to_string(),
+        };
+        refuses(&["replay", "--simulate", &path], &[], says);
+    }
+    // A directory is not a readable trace.
+    refuses(
+        &["replay", "--simulate", d.path().to_str().unwrap()],
+        &[],
+        "cannot read trace",
+    );
+    // A truncated gzip stream.
+    let bytes = std::fs::read(trace("resnet_train")).unwrap();
+    let cut = d.path().join("cut.csv.gz");
+    std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+    refuses(
+        &["replay", "--simulate", cut.to_str().unwrap()],
+        &[],
+        "cannot read trace",
+    );
+}
+
+#[test]
+fn bad_requests_are_refused() {
+    let d = tempfile::tempdir().unwrap();
+    let t = file(
+        &d,
+        "ok.csv",
+        &format!("{H}0,0,allocate,0x10,4096,0x0\n0,0,free,0x10,4096,0x0\n"),
+    );
+    refuses(
+        &["replay", "--simulate", "--max-buffer-size", "1024", &t],
+        &[],
+        "allows at most 1.00 KiB per buffer (max_buffer_size); pass --scale 4",
+    );
+    refuses(
+        &["replay", "--simulate", "--budget", "4000", &t],
+        &[],
+        "below ok's peak live of 4096 bytes",
+    );
+    refuses(
+        &["replay", "--simulate", "--budget", "0.5x", &t],
+        &[],
+        "below the trace's peak live",
+    );
+    refuses(
+        &["replay", "--simulate", "--budget", "lots", &t],
+        &[],
+        "expected bytes",
+    );
+    refuses(
+        &["replay", "--simulate", "--scale", "0", &t],
+        &[],
+        "--scale 0",
+    );
+    refuses(
+        &["bench", "--simulate", "--sizes", "0"],
+        &[],
+        "a size of 0 bytes",
+    );
+    refuses(
+        &["workload", "--simulate", "--find-batch", "--budget", "1000"],
+        &[],
+        "not even a batch of 1 fits",
+    );
+    refuses(
+        &["replay", "--adapter", "no-such-gpu", &t],
+        &[],
+        "matches no adapter",
+    );
+    refuses(
+        &["replay", &t],
+        &[
+            ("WGPU_BACKEND", "vulkan"),
+            ("VK_ICD_FILENAMES", "/nonexistent"),
+        ],
+        "no GPU adapter found",
+    );
+    refuses(
+        &["info"],
+        &[
+            ("WGPU_BACKEND", "vulkan"),
+            ("VK_ICD_FILENAMES", "/nonexistent"),
+        ],
+        "no GPU adapter found",
+    );
+}
