@@ -25,6 +25,15 @@ pub struct Row {
     pub pool_ns: Option<f64>,
     /// `raw_ns / pool_ns`.
     pub ratio: Option<f64>,
+    /// Buffers held at once in the `_live` figures (64, or fewer to stay within 1 GiB).
+    pub live: u64,
+    /// Raw: create `live` buffers, then destroy them all; ns per buffer. This is
+    /// what a framework step does, and the driver cannot recycle one block.
+    pub raw_live_ns: Option<f64>,
+    /// Pool: `live` allocations from a warm cache, then drop them all; ns per buffer.
+    pub pool_live_ns: Option<f64>,
+    /// `raw_live_ns / pool_live_ns`.
+    pub ratio_live: Option<f64>,
     /// The engine alone (simulated device, warm cache): ns per allocate or free.
     pub engine_ns_per_op: f64,
 }
@@ -71,6 +80,8 @@ pub fn run(
     for &size in sizes {
         bar.set_message(vrampool::fmt_bytes(size));
         let (mut raw_ns, mut raw_poll_ns, mut pool_ns) = (None, None, None);
+        let live = ((1u64 << 30) / size).clamp(1, 64);
+        let (mut raw_live_ns, mut pool_live_ns) = (None, None);
         if let (Some((device, _)), Some(pool)) = (gpu, &pool) {
             // Big buffers cost milliseconds: cap iterations so each size takes ~budget.
             let max = if size >= 64 << 20 { 40 } else { 1_000_000 };
@@ -100,6 +111,28 @@ pub fn run(
                     .expect("cached");
                 drop(black_box(b));
             }));
+            let rounds = (max / live).max(3);
+            raw_live_ns = Some(
+                time(budget, rounds, || {
+                    let held: Vec<_> = (0..live).map(|_| device.create_buffer(&desc)).collect();
+                    for b in held {
+                        b.destroy();
+                    }
+                }) / live as f64,
+            );
+            let _ = device.poll(wgpu::PollType::wait_indefinitely());
+            let warm: Vec<_> = (0..live)
+                .map(|_| pool.alloc(AllocDesc::storage(size)))
+                .collect::<Result<_, _>>()?;
+            drop(warm);
+            pool_live_ns = Some(
+                time(budget, 10_000_000 / live, || {
+                    let held: Vec<_> = (0..live)
+                        .map(|_| pool.alloc(AllocDesc::storage(black_box(size))).expect("cached"))
+                        .collect();
+                    drop(black_box(held));
+                }) / live as f64,
+            );
             pool.empty_cache();
         }
         rows.push(Row {
@@ -108,6 +141,10 @@ pub fn run(
             raw_poll_ns,
             pool_ns,
             ratio: raw_ns.zip(pool_ns).map(|(r, p)| r / p),
+            live,
+            raw_live_ns,
+            pool_live_ns,
+            ratio_live: raw_live_ns.zip(pool_live_ns).map(|(r, p)| r / p),
             engine_ns_per_op: engine_ns(size, budget),
         });
         bar.inc(1);

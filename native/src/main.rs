@@ -20,7 +20,7 @@ use serde_json::json;
 use vrampool::{Backend, SimulatedDevice, Trace, WgpuBackend, fmt_bytes};
 
 use crate::policy::PolicyKind;
-use crate::replay::{Outcome, Sample};
+use crate::replay::{Moment, Outcome, Probe};
 use crate::workload::Dtype;
 
 #[derive(Parser)]
@@ -413,38 +413,39 @@ fn replay_cmd(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
                     )?
                 }
                 Target::Gpu { device, .. } => {
-                    let smi = a.nvidia_smi;
-                    let before = if smi { nvidia_smi_used() } else { None };
+                    let smi = || if a.nvidia_smi { nvidia_smi_used() } else { None };
+                    let before = smi();
                     let (mut high, mut last) = (before, 0u64);
+                    let (mut held, mut emptied) = (None, None);
                     let mut at_peak = None::<(u64, u64, u64)>;
-                    let mut probe = |s: &Sample| {
-                        let r = s.figures.reserved;
-                        if at_peak.is_none_or(|p| r > p.0)
-                            && let Some(rep) = device.generate_allocator_report()
-                        {
-                            at_peak =
-                                Some((r, rep.total_allocated_bytes, rep.total_reserved_bytes));
+                    let mut probe = |m: Moment<'_>| match m {
+                        Moment::Sample(s) => {
+                            let r = s.figures.reserved;
+                            if at_peak.is_none_or(|p| r > p.0)
+                                && let Some(rep) = device.generate_allocator_report()
+                            {
+                                at_peak =
+                                    Some((r, rep.total_allocated_bytes, rep.total_reserved_bytes));
+                            }
+                            // nvidia-smi takes tens of ms: ask when reserved has grown 2%.
+                            if r as f64 > last as f64 * 1.02 {
+                                last = r;
+                                high = high.max(smi());
+                            }
                         }
-                        if smi && r as f64 > last as f64 * 1.5 {
-                            last = r;
-                            high = high.max(nvidia_smi_used());
+                        Moment::CacheHeld => held = smi(),
+                        Moment::Emptied => {
+                            let _ = device.poll(wgpu::PollType::wait_indefinitely());
+                            emptied = smi();
                         }
                     };
                     let mut make = || Ok(WgpuBackend::new(device, None));
-                    let mut probe_dyn: &mut dyn FnMut(&Sample) = &mut probe;
-                    let out =
-                        one_run(kind, &mut make, t, limit, usage, false, &pb, &mut probe_dyn)?;
-                    let after_replay = if smi { nvidia_smi_used() } else { None };
-                    let _ = device.poll(wgpu::PollType::wait_indefinitely());
-                    let after_empty = if smi { nvidia_smi_used() } else { None };
+                    let out = one_run(kind, &mut make, t, limit, usage, false, &pb, &mut probe)?;
                     let rep = device.generate_allocator_report();
                     view = DriverView {
-                        nvidia_smi: smi.then_some([
-                            before,
-                            high.max(after_replay),
-                            after_replay,
-                            after_empty,
-                        ]),
+                        nvidia_smi: a
+                            .nvidia_smi
+                            .then_some([before, high.max(held), held, emptied]),
                         allocator_at_peak: at_peak,
                         allocator_after_empty_cache: rep
                             .map(|r| (0, r.total_allocated_bytes, r.total_reserved_bytes)),
@@ -510,7 +511,7 @@ fn one_run<B: Backend>(
     usage: u32,
     find_min: bool,
     pb: &ProgressBar,
-    probe: &mut dyn FnMut(&Sample),
+    probe: Probe<'_>,
 ) -> Result<(Outcome, Option<(f64, u64)>)> {
     let out = replay::run_policy(kind, make, t, limit, usage, pb, probe)?;
     let min = if find_min {
@@ -617,7 +618,7 @@ fn print_replay(rows: &[Row], c: &Common, min: bool, target: &Target) {
         if let Some([before, high, after, empty]) = view.nvidia_smi {
             let f = |x: Option<u64>| x.map_or("?".into(), fmt_bytes);
             println!(
-                "{trace} {}: nvidia-smi used: before {}, peak seen {}, after replay {}, after empty_cache {}",
+                "{trace} {}: nvidia-smi used: before {}, highest seen {}, after the replay with the cache held {}, after empty_cache {}",
                 kind.name(),
                 f(before),
                 f(high),
@@ -661,18 +662,32 @@ fn bench_cmd(a: &BenchArgs, c: &Common) -> Result<ExitCode> {
     }
     println!("on {}", target.name());
     println!(
-        "{:>10} {:>18} {:>18} {:>12} {:>8} {:>16}",
-        "size", "raw create+destroy", "raw + poll", "pool hit", "ratio", "engine ns/op"
+        "{:>10} {:>18} {:>12} {:>12} {:>8} | {:>5} {:>12} {:>12} {:>8} | {:>12}",
+        "size",
+        "raw create+destroy",
+        "raw + poll",
+        "pool hit",
+        "ratio",
+        "live",
+        "raw, N live",
+        "pool, N live",
+        "ratio",
+        "engine ns/op"
     );
     let t = |x: Option<f64>| x.map_or("-".into(), fmt_ns);
     for r in rows {
+        let x = |v: Option<f64>| v.map_or("-".into(), |x| format!("{x:.0}x"));
         println!(
-            "{:>10} {:>18} {:>18} {:>12} {:>8} {:>16.1}",
+            "{:>10} {:>18} {:>12} {:>12} {:>8} | {:>5} {:>12} {:>12} {:>8} | {:>12.1}",
             fmt_bytes(r.size),
             t(r.raw_ns),
             t(r.raw_poll_ns),
             t(r.pool_ns),
-            r.ratio.map_or("-".into(), |x| format!("{x:.0}x")),
+            x(r.ratio),
+            r.live,
+            t(r.raw_live_ns),
+            t(r.pool_live_ns),
+            x(r.ratio_live),
             r.engine_ns_per_op
         );
     }

@@ -35,8 +35,20 @@ pub struct Outcome {
     pub released_at_end: u64,
 }
 
-/// Called at each timeline point, so a real-device run can look at the driver.
-pub type Probe<'a> = &'a mut dyn FnMut(&Sample);
+/// When a [`Probe`] is called.
+#[derive(Debug, Clone, Copy)]
+pub enum Moment<'a> {
+    /// At a timeline point.
+    Sample(&'a Sample),
+    /// After the last free, with the cache still held.
+    CacheHeld,
+    /// After `empty_cache`.
+    Emptied,
+}
+
+/// Called at each timeline point, and at the end before and after
+/// `empty_cache`, so a real-device run can look at the driver.
+pub type Probe<'a> = &'a mut dyn FnMut(Moment<'_>);
 
 /// Replays `trace` with `policy` on the backend `make` builds.
 pub fn run_policy<B: Backend>(
@@ -115,7 +127,7 @@ fn drive<P: Policy>(
                 live: live_bytes,
                 figures: f,
             };
-            probe(&s);
+            probe(Moment::Sample(&s));
             samples.push(s);
             bar.inc(every.min(n - i as u64));
             aside_ns += t.elapsed().as_nanos();
@@ -137,7 +149,9 @@ fn drive<P: Policy>(
     }
     let summary = stats.map(|s| s.summary()).unwrap_or_default();
     let f = p.figures();
+    probe(Moment::CacheHeld);
     let released_at_end = p.empty_cache();
+    probe(Moment::Emptied);
     let hits = f.cache_hits - before.cache_hits;
     let device_allocs = f.device_allocs - before.device_allocs;
     Ok(Outcome {
@@ -177,7 +191,7 @@ pub fn min_budget<B: Backend>(
     let hidden = ProgressBar::hidden();
     let mut attempt = |x: f64| -> Result<ReplayReport> {
         let limit = (trace.peak_live as f64 * x).ceil() as u64;
-        let o = run_policy(kind, make, trace, Some(limit), usage, &hidden, &mut |_| {})?;
+        let o = run_policy(kind, make, trace, Some(limit), usage, &hidden, &mut |_: Moment<'_>| {})?;
         bar.inc(1);
         Ok(o.report)
     };
