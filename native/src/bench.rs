@@ -128,7 +128,10 @@ pub fn run(
             pool_live_ns = Some(
                 time(budget, 10_000_000 / live, || {
                     let held: Vec<_> = (0..live)
-                        .map(|_| pool.alloc(AllocDesc::storage(black_box(size))).expect("cached"))
+                        .map(|_| {
+                            pool.alloc(AllocDesc::storage(black_box(size)))
+                                .expect("cached")
+                        })
                         .collect();
                     drop(black_box(held));
                 }) / live as f64,

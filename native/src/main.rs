@@ -413,7 +413,13 @@ fn replay_cmd(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
                     )?
                 }
                 Target::Gpu { device, .. } => {
-                    let smi = || if a.nvidia_smi { nvidia_smi_used() } else { None };
+                    let smi = || {
+                        if a.nvidia_smi {
+                            nvidia_smi_used()
+                        } else {
+                            None
+                        }
+                    };
                     let before = smi();
                     let (mut high, mut last) = (before, 0u64);
                     let (mut held, mut emptied) = (None, None);

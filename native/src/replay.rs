@@ -191,7 +191,15 @@ pub fn min_budget<B: Backend>(
     let hidden = ProgressBar::hidden();
     let mut attempt = |x: f64| -> Result<ReplayReport> {
         let limit = (trace.peak_live as f64 * x).ceil() as u64;
-        let o = run_policy(kind, make, trace, Some(limit), usage, &hidden, &mut |_: Moment<'_>| {})?;
+        let o = run_policy(
+            kind,
+            make,
+            trace,
+            Some(limit),
+            usage,
+            &hidden,
+            &mut |_: Moment<'_>| {},
+        )?;
         bar.inc(1);
         Ok(o.report)
     };
