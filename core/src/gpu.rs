@@ -1,6 +1,10 @@
 //! The thin binding over `wgpu::Device`: segments are `wgpu::Buffer`s created
 //! inside error scopes; handles give a buffer range and return it on drop.
 
+// On wasm32 wgpu's types are neither Send nor Sync; one Arc-based code path
+// serves both targets (native needs Send + Sync for Pool and its handles).
+#![cfg_attr(target_arch = "wasm32", allow(clippy::arc_with_non_send_sync))]
+
 use std::num::NonZeroU64;
 use std::ops::Range;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};

@@ -1,50 +1,23 @@
-//! `vrampool-web`: the live page over the browser's WebGPU (Leptos) is built on
-//! this crate. For now it holds what the page will drive and that already works
-//! on any target: the engine on the simulated device, for browsers without WebGPU.
+//! `vrampool-web`: the live page. A Leptos (client-side rendered) app that runs
+//! the vrampool core on the browser's WebGPU device — or, where there is none,
+//! on the simulated device — and shows allocation as it happens: a timeline of
+//! allocated / reserved / cached against the budget, per-pool figures and
+//! counters, a segment map and an event log; with buttons to allocate, free,
+//! `empty_cache`, set limits, replay traces, train an MLP and induce OOM.
+//!
+//! Build and serve it with `cargo xtask serve` (see the README).
 
-use vrampool::{Config, Engine, Error, Request, SimulatedDevice, Stats};
+pub mod model;
 
-/// The pool the page falls back to when `navigator.gpu` or an adapter is
-/// missing: the engine on a simulated device of `capacity` bytes with WebGPU's
-/// default `max_buffer_size` (256 MiB).
-pub fn simulated_pool(capacity: u64, config: Config) -> Result<Engine<SimulatedDevice>, Error> {
-    Engine::new(
-        SimulatedDevice::with_max_buffer_size(capacity, 256 << 20),
-        config,
-    )
-}
+#[cfg(target_arch = "wasm32")]
+mod app;
 
-/// Allocates `count` blocks of `size` bytes and frees every other one: the
-/// page's "allocate N × size" then "free random" buttons. Returns the figures after.
-pub fn allocate_and_free_half(
-    engine: &mut Engine<SimulatedDevice>,
-    count: usize,
-    size: u64,
-) -> Result<Stats, Error> {
-    let mut ids = Vec::with_capacity(count);
-    for _ in 0..count {
-        ids.push(engine.allocate(Request::new(size, 0))?.id);
-    }
-    for id in ids.into_iter().step_by(2) {
-        engine.free(id)?;
-    }
-    Ok(engine.stats())
-}
+pub use model::{allocate_and_free_half, simulated_pool};
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn buttons_move_the_figures() {
-        let mut e = simulated_pool(1 << 30, Config::default()).unwrap();
-        let s = allocate_and_free_half(&mut e, 10, 100_000).unwrap();
-        assert_eq!(s.total.allocations.current, 5);
-        assert_eq!(s.counters.allocs, 10);
-        assert!(s.total.cached_bytes.current > 0);
-        assert!(
-            allocate_and_free_half(&mut e, 1, 300 << 20).is_err(),
-            "above WebGPU's max_buffer_size"
-        );
-    }
+/// Mounts the page into `<body>` (called by wasm-bindgen when the module loads).
+#[cfg(target_arch = "wasm32")]
+#[wasm_bindgen::prelude::wasm_bindgen(start)]
+pub fn start() {
+    console_error_panic_hook::set_once();
+    leptos::mount::mount_to_body(app::App);
 }
