@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test of the workspace, installing first what the tests need and
-# the machine lacks: a Vulkan driver (Mesa lavapipe) for the real-device tests
-# and the wasm32 target for the browser build of the core.
+# the machine lacks: a Vulkan driver (Mesa lavapipe) for the real-device tests,
+# the wasm32 target, a wasm-bindgen-cli matching Cargo.lock (via `cargo xtask
+# build`), Chromium and its driver, and playwright-core (npm) for the page.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,6 +11,10 @@ sudo_=""
 need=()
 ls /usr/share/vulkan/icd.d/lvp_icd.*.json >/dev/null 2>&1 || need+=(mesa-vulkan-drivers)
 ldconfig -p | grep -q 'libvulkan.so.1 ' || need+=(libvulkan1)
+# The page's tests run in a real browser with WebGPU (headless Chromium, SwiftShader).
+[ -x /usr/bin/chromium ] || need+=(chromium)
+[ -x /usr/bin/chromedriver ] || need+=(chromium-driver)
+command -v node >/dev/null && command -v npm >/dev/null || need+=(nodejs npm)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing ${need[*]} (Debian packages) for the real-device tests"
   $sudo_ apt-get update -qq
@@ -27,4 +32,16 @@ export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$(mktemp -d)}"
 
 cargo test --workspace
 cargo build -p vrampool --target wasm32-unknown-unknown
-cargo build -p vrampool-web --target wasm32-unknown-unknown
+
+# The page: build it (installs wasm-bindgen-cli on first use), run the core's
+# async paths in the browser (wasm-bindgen-test), then the end-to-end test.
+cargo xtask build
+cargo build --release -p vrampool-cli
+(
+  cd web
+  CHROMEDRIVER=/usr/bin/chromedriver \
+    CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER=wasm-bindgen-test-runner \
+    cargo test --target wasm32-unknown-unknown --test in_browser
+)
+(cd tests/browser && npm ci --no-audit --no-fund --loglevel=error)
+node tests/browser/e2e.mjs
