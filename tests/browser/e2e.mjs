@@ -171,6 +171,21 @@ try {
   assert.match(await page.locator('#error').textContent(), /out of memory|cannot allocate/i);
   step(`induced OOM: ${await page.locator('#error').textContent()}`);
 
+  // 7. Train the MLP on the GPU with int8 weights: the loss falls.
+  await page.click('#btn-free-all');
+  await page.fill('#budget', '');
+  await page.click('#btn-apply');
+  await page.selectOption('#dtype', 'int8');
+  await page.locator('#batch').fill('128');
+  await page.click('#btn-train');
+  await waitFor('20 training steps', async () => (await num('#train-status', 'data-step')) >= 20, 120_000);
+  await page.click('#btn-train');
+  const train = await page.locator('#train-status').textContent();
+  const [, first, last] = train.match(/loss ([\d.]+) → ([\d.]+)/);
+  assert.ok(Number(last) < 0.8 * Number(first), train);
+  step(`training: ${train}`);
+
+  // The OOM above is the only error the page reported; nothing reached the console.
   assert.deepEqual(errors, [], 'no errors in the console');
 
   const wasm = readFileSync(join(root, 'target', 'site', 'pkg', 'vrampool_web_bg.wasm'));

@@ -630,7 +630,7 @@ pub fn App() -> impl IntoView {
                 return;
             };
             let cfg = train_cfg();
-            let found = find_batch(&cfg, limit, 1 << 16);
+            let found = find_batch(&cfg, limit, 8192);
             match found {
                 Some(b) => {
                     batch.set(b.to_string());

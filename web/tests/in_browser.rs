@@ -70,7 +70,9 @@ async fn too_large_for_the_device_is_an_error_not_a_panic() {
     let p = pool(None).await;
     let max = p.device().limits().max_buffer_size;
     match p.alloc_async(AllocDesc::storage(max + 1)).await {
-        Err(Error::TooLarge { max_buffer_size, .. }) => assert_eq!(max_buffer_size, max),
+        Err(Error::TooLarge {
+            max_buffer_size, ..
+        }) => assert_eq!(max_buffer_size, max),
         other => panic!("expected TooLarge, got {:?}", other.map(|b| b.size())),
     }
     assert!(p.alloc_async(AllocDesc::storage(1 << 20)).await.is_ok());
@@ -90,7 +92,13 @@ async fn bytes_written_to_a_block_read_back_through_a_pool_staging_buffer() {
         .await
         .unwrap();
     let mut enc = p.device().create_command_encoder(&Default::default());
-    enc.copy_buffer_to_buffer(src.buffer(), src.offset(), staging.buffer(), staging.offset(), 4096);
+    enc.copy_buffer_to_buffer(
+        src.buffer(),
+        src.offset(),
+        staging.buffer(),
+        staging.offset(),
+        4096,
+    );
     p.queue().submit([enc.finish()]);
     let slice = staging.slice();
     let (tx, rx) = futures_channel::oneshot::channel();
