@@ -457,6 +457,11 @@ fn replay_cmd(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
                             .map(|r| (0, r.total_allocated_bytes, r.total_reserved_bytes)),
                     };
                     let min = if a.min_budget {
+                        pb.set_message(format!(
+                            "{} {}: bisecting the smallest budget",
+                            t.name,
+                            kind.name()
+                        ));
                         let hidden = ProgressBar::hidden();
                         let mut make = || Ok(WgpuBackend::new(device, None));
                         replay::min_budget(kind, &mut make, t, usage, &hidden)?
@@ -521,6 +526,11 @@ fn one_run<B: Backend>(
 ) -> Result<(Outcome, Option<(f64, u64)>)> {
     let out = replay::run_policy(kind, make, t, limit, usage, pb, probe)?;
     let min = if find_min {
+        pb.set_message(format!(
+            "{} {}: bisecting the smallest budget",
+            t.name,
+            kind.name()
+        ));
         replay::min_budget(kind, make, t, usage, &ProgressBar::hidden())?
     } else {
         None
