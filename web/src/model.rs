@@ -158,6 +158,8 @@ pub struct Model {
     pub replay_result: Option<ReplayResult>,
     /// Why the simulated device is in use (empty on WebGPU).
     pub note: String,
+    /// Counters at the last sample, to log what the device did in between.
+    last_counters: vrampool::Counters,
     /// Seed for "free random".
     rng: u64,
 }
@@ -180,6 +182,7 @@ impl Model {
             replay: None,
             replay_result: None,
             note: String::new(),
+            last_counters: vrampool::Counters::default(),
             rng: 0x9e37_79b9_7f4a_7c15,
         }
     }
@@ -229,9 +232,43 @@ impl Model {
         }
     }
 
-    /// Records a timeline point.
+    /// Records a timeline point, and logs the segments the pool created or
+    /// released since the last one, and any OOM.
     pub fn sample(&mut self, t: f64) {
         let s = self.stats();
+        let (now, was) = (s.counters, self.last_counters);
+        if now.device_allocs < was.device_allocs || now.allocs < was.allocs {
+            // A new pool: start counting afresh.
+            self.last_counters = vrampool::Counters::default();
+        }
+        let was = self.last_counters;
+        if now.device_allocs > was.device_allocs {
+            self.say(format!(
+                "pool created {} segment(s); {} reserved",
+                now.device_allocs - was.device_allocs,
+                fmt_bytes(s.total.reserved_bytes.current)
+            ));
+        }
+        if now.device_frees > was.device_frees {
+            self.say(format!(
+                "pool released {} segment(s), {} back to the device",
+                now.device_frees - was.device_frees,
+                fmt_bytes(now.bytes_released.saturating_sub(was.bytes_released))
+            ));
+        }
+        if now.alloc_retries > was.alloc_retries {
+            self.say(format!(
+                "{} allocation(s) released cache and retried",
+                now.alloc_retries - was.alloc_retries
+            ));
+        }
+        if now.ooms > was.ooms {
+            self.say(format!(
+                "{} out-of-memory error(s) reported",
+                now.ooms - was.ooms
+            ));
+        }
+        self.last_counters = now;
         if self.points.len() == MAX_POINTS {
             self.points.pop_front();
         }
@@ -612,6 +649,30 @@ mod tests {
         assert_eq!(got.device_allocs, want.device_allocs);
         assert_eq!(got.cache_hits, want.cache_hits);
         assert_eq!(got.ooms, 0);
+    }
+
+    #[test]
+    fn the_log_tells_what_the_device_did() {
+        let mut m = Model::simulated("test");
+        m.sample(0.0);
+        let h = m.alloc_sim(1 << 20, Usage::Storage).unwrap();
+        m.sample(0.1);
+        assert!(m.log.back().unwrap().starts_with("pool created 1 segment"));
+        m.release(h);
+        let released = m.empty_cache();
+        m.sample(0.2);
+        assert_eq!(
+            m.log.back().unwrap(),
+            &format!(
+                "pool released 1 segment(s), {} back to the device",
+                fmt_bytes(released)
+            )
+        );
+        m.set_limits(Some(1 << 20), None).unwrap();
+        assert!(m.alloc_sim(2 << 20, Usage::Storage).is_err());
+        m.sample(0.3);
+        assert_eq!(m.log.back().unwrap(), "1 out-of-memory error(s) reported");
+        assert_eq!(m.points.len(), 4);
     }
 
     #[test]
