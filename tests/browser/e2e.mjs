@@ -188,6 +188,29 @@ try {
   // The OOM above is the only error the page reported; nothing reached the console.
   assert.deepEqual(errors, [], 'no errors in the console');
 
+  // 8. A browser without WebGPU: the page says so and runs on the simulated device.
+  const plain = await chromium.launch({
+    executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+    headless: true,
+    args: ['--no-sandbox', '--disable-gpu', '--disable-features=WebGPU', '--disable-background-networking',
+      '--disable-component-update', '--disable-sync', '--no-first-run'],
+  });
+  try {
+    const p2 = await plain.newPage();
+    await p2.goto(url);
+    const gpu = await p2.evaluate(() => typeof navigator.gpu);
+    for (let i = 0; i < 200 && (await p2.locator('#backend').getAttribute('data-kind')) === 'starting'; i++) await p2.waitForTimeout(50);
+    assert.equal(await p2.locator('#backend').getAttribute('data-kind'), 'simulated', `navigator.gpu is ${gpu}`);
+    const notice = await p2.locator('#no-webgpu').textContent();
+    assert.match(notice, /No WebGPU device here/);
+    await p2.click('#btn-alloc');
+    for (let i = 0; i < 100 && Number(await p2.locator('#stat-allocated').getAttribute('data-value')) === 0; i++) await p2.waitForTimeout(50);
+    assert.equal(Number(await p2.locator('#stat-allocated').getAttribute('data-value')), 16 * 2 ** 20);
+    step(`without WebGPU (navigator.gpu ${gpu}): ${notice}`);
+  } finally {
+    await plain.close();
+  }
+
   const wasm = readFileSync(join(root, 'target', 'site', 'pkg', 'vrampool_web_bg.wasm'));
   const figures = { adapter, wasm_bytes: wasm.length, wasm_gzip_bytes: gzipSync(wasm, { level: 9 }).length, replay: frames };
   writeFileSync(join(out, 'figures.json'), JSON.stringify(figures, null, 2));

@@ -59,8 +59,17 @@ fn now_s() -> f64 {
 }
 
 async fn open_gpu() -> Result<Model, String> {
-    if !wgpu::util::is_browser_webgpu_supported().await {
+    let has_gpu = web_sys::window()
+        .and_then(|w| js_sys::Reflect::get(&w.navigator(), &"gpu".into()).ok())
+        .is_some_and(|g| !g.is_undefined() && !g.is_null());
+    if !has_gpu {
         return Err("this browser has no WebGPU (navigator.gpu is missing)".into());
+    }
+    if !wgpu::util::is_browser_webgpu_supported().await {
+        return Err(
+            "navigator.gpu is there but offers no adapter (WebGPU is disabled, or no GPU it supports)"
+                .into(),
+        );
     }
     let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
         backends: wgpu::Backends::BROWSER_WEBGPU,
