@@ -144,14 +144,20 @@ pub struct Config {
     pub max_segment_size: Option<u64>,
     /// The pool used by [`Growth::Preallocate`].
     pub default_usage: u32,
+    /// Medium and large blocks share one best-fit index, as in PyTorch's
+    /// "large pool": a request of 1–10 MiB may split a cached large block and a
+    /// large request may use a medium segment. Off by default: on the shared
+    /// traces it raised the unlimited ratios to 1.080 / 1.067 / 1.051 (BENCHMARKS.md).
+    pub shared_large_pool: bool,
 }
 
 impl Config {
     /// PyTorch's CUDA caching allocator, expressed in this engine's terms: a
     /// baseline to compare against, not a recommendation. Sizes round to 512 B;
     /// requests up to 1 MiB share 2 MiB segments, below 10 MiB share 20 MiB
-    /// segments, larger ones get their own segment rounded to 2 MiB; best fit
-    /// with splitting (a large block only if more than 1 MiB is left); no soft
+    /// segments, larger ones get their own segment rounded to 2 MiB; medium and
+    /// large blocks share one best-fit index (PyTorch's large pool) and split
+    /// only if more than 1 MiB is left; small blocks split freely; no soft
     /// headroom, and the cache is released only when a request fails.
     ///
     /// ```
@@ -179,6 +185,7 @@ impl Config {
         Config {
             headroom: None,
             alignment: 512,
+            shared_large_pool: true,
             under_limit: placement.clone(),
             without_limit: placement,
             ..Config::default()
@@ -200,6 +207,7 @@ impl Default for Config {
             without_limit: Placement::without_limit(),
             max_segment_size: None,
             default_usage: 0,
+            shared_large_pool: false,
         }
     }
 }

@@ -342,6 +342,16 @@ impl<B: Backend> Engine<B> {
         self.pools[i].name = name.to_string();
     }
 
+    /// The free-index key of a class: its own, except that medium and large
+    /// blocks share one with [`Config::shared_large_pool`] (PyTorch's large pool).
+    fn key(&self, c: SegmentClass) -> u8 {
+        if c == SegmentClass::Medium && self.config.shared_large_pool {
+            class_code(SegmentClass::Large)
+        } else {
+            class_code(c)
+        }
+    }
+
     fn class_of(&self, rounded: u64, exclusive: bool) -> SegmentClass {
         if exclusive {
             SegmentClass::Exclusive
@@ -472,7 +482,7 @@ impl<B: Backend> Engine<B> {
     /// when the smallest candidate is refused, every larger one would be too.
     fn find_free(&self, pool: u16, class: SegmentClass, rounded: u64) -> Option<u32> {
         let p = &self.pools[pool as usize];
-        let c = class_code(class);
+        let c = self.key(class);
         let &(_, size, idx) = p.free.range((c, rounded, 0)..(c + 1, 0, 0)).next()?;
         let too_big = match class {
             SegmentClass::Exclusive => size > rounded + rounded / 4,
@@ -659,9 +669,8 @@ impl<B: Backend> Engine<B> {
             st.segments.add(1);
             st.free_blocks.add(1);
         }
-        self.pools[pool as usize]
-            .free
-            .insert((class_code(class), size, b));
+        let key = self.key(class);
+        self.pools[pool as usize].free.insert((key, size, b));
         seg_index
     }
 
@@ -676,12 +685,15 @@ impl<B: Backend> Engine<B> {
             (s.pool, s.class)
         };
         let pi = pool as usize;
-        let cc = class_code(class);
+        let cc = self.key(class);
         self.pools[pi].free.remove(&(cc, size, b));
         let remainder = size - rounded;
         let split = match class {
             SegmentClass::Exclusive => false,
             SegmentClass::Large => remainder >= self.placement().min_split_remainder,
+            SegmentClass::Medium if self.config.shared_large_pool => {
+                remainder >= self.placement().min_split_remainder
+            }
             _ => remainder >= self.config.alignment,
         };
         let block_size = if split {
@@ -772,7 +784,7 @@ impl<B: Backend> Engine<B> {
             (s.pool, s.class, s.address + self.blocks[b as usize].offset)
         };
         let pi = pool as usize;
-        let cc = class_code(class);
+        let cc = self.key(class);
         {
             let blk = &mut self.blocks[b as usize];
             blk.state = BlockState::Free;
@@ -877,7 +889,7 @@ impl<B: Backend> Engine<B> {
         debug_assert_eq!(s.live, 0);
         let b = s.first;
         debug_assert_eq!(self.blocks[b as usize].size, s.size);
-        let cc = class_code(s.class);
+        let cc = self.key(s.class);
         let pi = s.pool as usize;
         self.pools[pi].free.remove(&(cc, s.size, b));
         let vb = &mut self.blocks[b as usize];
@@ -1128,7 +1140,7 @@ impl<B: Backend> Engine<B> {
                                 "segment {i}: two adjacent free blocks at offset {off}"
                             ));
                         }
-                        let key = (class_code(s.class), blk.size, b);
+                        let key = (self.key(s.class), blk.size, b);
                         if !self.pools[s.pool as usize].free.contains(&key) {
                             return Err(format!("free block {b} missing from the free index"));
                         }
