@@ -31,7 +31,14 @@ pub fn pick(selector: Option<&str>) -> Result<wgpu::Adapter> {
         .enumerate()
         .map(|(i, a)| {
             let info = a.get_info();
-            format!("{i}: {} ({:?})", info.name, info.backend)
+            if info.device_pci_bus_id.is_empty() {
+                format!("{i}: {} ({:?})", info.name, info.backend)
+            } else {
+                format!(
+                    "{i}: {} ({:?}, PCI {})",
+                    info.name, info.backend, info.device_pci_bus_id
+                )
+            }
         })
         .collect();
     if let Ok(i) = sel.parse::<usize>() {
@@ -80,6 +87,8 @@ pub struct AdapterReport {
     pub driver: String,
     /// Driver version or details.
     pub driver_info: String,
+    /// PCI bus id (tells identical GPUs apart), if the driver gives one.
+    pub pci_bus_id: String,
     /// Largest single buffer.
     pub max_buffer_size: u64,
     /// Largest storage binding.
@@ -131,6 +140,7 @@ pub fn info() -> Result<Vec<AdapterReport>> {
             device_type: format!("{:?}", i.device_type),
             driver: i.driver,
             driver_info: i.driver_info,
+            pci_bus_id: i.device_pci_bus_id,
             max_buffer_size: l.max_buffer_size,
             max_storage_buffer_binding_size: l.max_storage_buffer_binding_size,
             max_uniform_buffer_binding_size: l.max_uniform_buffer_binding_size,

@@ -238,6 +238,8 @@ enum Target {
         device: wgpu::Device,
         queue: wgpu::Queue,
         name: String,
+        /// PCI bus id, when the driver gives one (to find it in nvidia-smi).
+        bus: String,
     },
 }
 
@@ -255,7 +257,15 @@ impl Target {
         Ok(Target::Gpu {
             device,
             queue,
-            name: format!("{} ({:?})", info.name, info.backend),
+            name: if info.device_pci_bus_id.is_empty() {
+                format!("{} ({:?})", info.name, info.backend)
+            } else {
+                format!(
+                    "{} ({:?}, PCI {})",
+                    info.name, info.backend, info.device_pci_bus_id
+                )
+            },
+            bus: info.device_pci_bus_id,
         })
     }
 
@@ -305,18 +315,30 @@ fn parse_budget(s: &str) -> Result<Budget> {
     }
 }
 
-/// Used GPU memory in bytes as nvidia-smi reports it (first GPU).
-fn nvidia_smi_used() -> Option<u64> {
+/// Used memory in bytes of the GPU at PCI bus `bus` (or the first GPU), as
+/// nvidia-smi reports it.
+fn nvidia_smi_used(bus: &str) -> Option<u64> {
     let out = std::process::Command::new("nvidia-smi")
-        .args(["--query-gpu=memory.used", "--format=csv,noheader,nounits"])
+        .args([
+            "--query-gpu=pci.bus_id,memory.used",
+            "--format=csv,noheader,nounits",
+        ])
         .output()
         .ok()?;
-    let mib: u64 = String::from_utf8_lossy(&out.stdout)
+    let text = String::from_utf8_lossy(&out.stdout);
+    let rows: Vec<(String, &str)> = text
         .lines()
-        .next()?
-        .trim()
-        .parse()
-        .ok()?;
+        .filter_map(|l| l.split_once(','))
+        .map(|(b, m)| (b.trim().to_lowercase(), m.trim()))
+        .collect();
+    // nvidia-smi writes 00000000:1B:00.0, Vulkan 0000:1b:00.0: compare bus:device.function.
+    let tail = |b: &str| b.rsplit(':').take(2).collect::<Vec<_>>().join(":");
+    let want = tail(&bus.to_lowercase());
+    let row = rows
+        .iter()
+        .find(|(b, _)| !want.is_empty() && tail(b) == want)
+        .or(rows.first())?;
+    let mib: u64 = row.1.parse().ok()?;
     Some(mib << 20)
 }
 
@@ -412,10 +434,10 @@ fn replay_cmd(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
                         &mut |_| {},
                     )?
                 }
-                Target::Gpu { device, .. } => {
+                Target::Gpu { device, bus, .. } => {
                     let smi = || {
                         if a.nvidia_smi {
-                            nvidia_smi_used()
+                            nvidia_smi_used(bus)
                         } else {
                             None
                         }
