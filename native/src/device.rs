@@ -14,7 +14,8 @@ pub fn adapters() -> Vec<wgpu::Adapter> {
 
 /// The adapter `--adapter` names: its index in `info`'s list, or a
 /// case-insensitive part of its name; the first one without `--adapter`.
-pub fn pick(selector: Option<&str>) -> Result<wgpu::Adapter> {
+/// Returns it with its index.
+pub fn pick(selector: Option<&str>) -> Result<(usize, wgpu::Adapter)> {
     let all = adapters();
     if all.is_empty() {
         bail!(
@@ -24,7 +25,7 @@ pub fn pick(selector: Option<&str>) -> Result<wgpu::Adapter> {
         );
     }
     let Some(sel) = selector else {
-        return Ok(all.into_iter().next().expect("not empty"));
+        return Ok((0, all.into_iter().next().expect("not empty")));
     };
     let names: Vec<String> = all
         .iter()
@@ -43,7 +44,7 @@ pub fn pick(selector: Option<&str>) -> Result<wgpu::Adapter> {
         .collect();
     if let Ok(i) = sel.parse::<usize>() {
         let n = all.len();
-        return all.into_iter().nth(i).with_context(|| {
+        return all.into_iter().nth(i).map(|a| (i, a)).with_context(|| {
             format!(
                 "--adapter {i}: there are only {n} adapters ({})",
                 names.join(", ")
@@ -52,7 +53,8 @@ pub fn pick(selector: Option<&str>) -> Result<wgpu::Adapter> {
     }
     let want = sel.to_lowercase();
     all.into_iter()
-        .find(|a| a.get_info().name.to_lowercase().contains(&want))
+        .enumerate()
+        .find(|(_, a)| a.get_info().name.to_lowercase().contains(&want))
         .with_context(|| {
             format!(
                 "--adapter {sel:?} matches no adapter; found: {}",

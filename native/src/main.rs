@@ -240,6 +240,8 @@ enum Target {
         name: String,
         /// PCI bus id, when the driver gives one (to find it in nvidia-smi).
         bus: String,
+        /// Index among the adapters.
+        index: usize,
     },
 }
 
@@ -251,7 +253,7 @@ impl Target {
                 max_buffer,
             });
         }
-        let adapter = device::pick(c.adapter.as_deref())?;
+        let (index, adapter) = device::pick(c.adapter.as_deref())?;
         let (device, queue) = device::open(&adapter)?;
         let info = adapter.get_info();
         Ok(Target::Gpu {
@@ -266,6 +268,7 @@ impl Target {
                 )
             },
             bus: info.device_pci_bus_id,
+            index,
         })
     }
 
@@ -315,9 +318,11 @@ fn parse_budget(s: &str) -> Result<Budget> {
     }
 }
 
-/// Used memory in bytes of the GPU at PCI bus `bus` (or the first GPU), as
-/// nvidia-smi reports it.
-fn nvidia_smi_used(bus: &str) -> Option<u64> {
+/// Used memory in bytes of the GPU at PCI bus `bus`, as nvidia-smi reports it.
+/// NVIDIA's Vulkan driver gives wgpu no bus id; then the adapter's `index` is
+/// used, since Vulkan lists NVIDIA GPUs in nvidia-smi's order (checked on two
+/// H200s: `--adapter 1` filled GPU 1).
+fn nvidia_smi_used(bus: &str, index: usize) -> Option<u64> {
     let out = std::process::Command::new("nvidia-smi")
         .args([
             "--query-gpu=pci.bus_id,memory.used",
@@ -337,7 +342,7 @@ fn nvidia_smi_used(bus: &str) -> Option<u64> {
     let row = rows
         .iter()
         .find(|(b, _)| !want.is_empty() && tail(b) == want)
-        .or(rows.first())?;
+        .or(rows.get(index))?;
     let mib: u64 = row.1.parse().ok()?;
     Some(mib << 20)
 }
@@ -434,10 +439,12 @@ fn replay_cmd(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
                         &mut |_| {},
                     )?
                 }
-                Target::Gpu { device, bus, .. } => {
+                Target::Gpu {
+                    device, bus, index, ..
+                } => {
                     let smi = || {
                         if a.nvidia_smi {
-                            nvidia_smi_used(bus)
+                            nvidia_smi_used(bus, *index)
                         } else {
                             None
                         }
