@@ -73,6 +73,13 @@ try {
   const maxBuffer = await num('#backend', 'data-max-buffer');
   assert.ok(maxBuffer >= 256 * 2 ** 20);
 
+  // The timeline takes at least 10 points a second.
+  const p0 = await num('#timeline', 'data-points');
+  await page.waitForTimeout(2000);
+  const rate = ((await num('#timeline', 'data-points')) - p0) / 2;
+  assert.ok(rate >= 10, `timeline updated ${rate} times a second`);
+  step(`timeline: ${rate} updates a second`);
+
   // 2. Allocate: counters and chart move.
   const pointsBefore = await page.locator('#line-allocated').getAttribute('points');
   await page.fill('#alloc-n', '16');

@@ -1,6 +1,7 @@
 //! The Leptos page: controls on the left, live figures on the right. A tick
-//! every 50 ms advances the replay or training in progress and redraws from a
-//! [`Frame`], so the charts update 20 times a second.
+//! every 50 ms advances the replay or training in progress and redraws the
+//! figures and timeline from a [`Frame`] (20 times a second); the segment map
+//! and event log are redrawn every fourth tick.
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -311,8 +312,8 @@ pub fn App() -> impl IntoView {
                         busy.set(false);
                     });
                 }
-                // Figures and the timeline at 10 Hz, the segment map and log at 5 Hz.
-                if ticks.is_multiple_of(2) {
+                // Figures and the timeline at 20 Hz, the segment map and log at 5 Hz.
+                {
                     m.sample(t);
                     let mut f = frame(m, &training.borrow());
                     f.released = released.get_untracked();

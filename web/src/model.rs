@@ -164,8 +164,8 @@ pub struct Model {
     rng: u64,
 }
 
-/// Timeline points kept (60 s at 10 Hz).
-pub const MAX_POINTS: usize = 600;
+/// Timeline points kept (60 s at 20 Hz).
+pub const MAX_POINTS: usize = 1200;
 /// Log lines kept.
 pub const MAX_LOG: usize = 60;
 
