@@ -177,6 +177,8 @@ pub struct Engine<B: Backend> {
     /// and the split guard scale with. Unlike the stats' peak, resetting peak
     /// stats does not touch it.
     high_water: u64,
+    /// The free-index key of medium blocks (see [`Engine::key`]), fixed by the config.
+    medium_key: u8,
 }
 
 fn round_up(x: u64, to: u64) -> u64 {
@@ -196,6 +198,11 @@ fn class_code(c: SegmentClass) -> u8 {
 impl<B: Backend> Engine<B> {
     /// Makes an engine over `backend`; preallocates if the config asks.
     pub fn new(backend: B, config: Config) -> Result<Self> {
+        let medium_key = if config.shared_large_pool {
+            class_code(SegmentClass::Large)
+        } else {
+            class_code(SegmentClass::Medium)
+        };
         if config.alignment == 0 || !config.alignment.is_power_of_two() {
             return Err(Error::Config(format!(
                 "alignment must be a power of two, got {}",
@@ -226,6 +233,7 @@ impl<B: Backend> Engine<B> {
             lost: None,
             has_preallocation: false,
             high_water: 0,
+            medium_key,
         };
         e.limit = e.resolve_limit(e.config.limit)?;
         if let Growth::Preallocate(bytes) = e.config.growth {
@@ -344,11 +352,11 @@ impl<B: Backend> Engine<B> {
 
     /// The free-index key of a class: its own, except that medium and large
     /// blocks share one with [`Config::shared_large_pool`] (PyTorch's large pool).
+    #[inline]
     fn key(&self, c: SegmentClass) -> u8 {
-        if c == SegmentClass::Medium && self.config.shared_large_pool {
-            class_code(SegmentClass::Large)
-        } else {
-            class_code(c)
+        match c {
+            SegmentClass::Medium => self.medium_key,
+            other => class_code(other),
         }
     }
 
