@@ -38,14 +38,24 @@ pub struct Row {
     pub engine_ns_per_op: f64,
 }
 
-/// Runs `f` repeatedly for about `budget`, returning ns per call.
+/// Runs `f` repeatedly for about `budget` (at most `max_iters` times),
+/// returning ns per call. The clock is read once per batch, and batches double
+/// while they take under a millisecond, so a clock read (tens of ns on some
+/// VMs) does not count in a call that costs tens of ns.
 fn time(budget: Duration, max_iters: u64, mut f: impl FnMut()) -> f64 {
     f(); // warm up
     let start = Instant::now();
-    let mut n = 0u64;
+    let (mut n, mut batch) = (0u64, 1u64);
     while n < max_iters && (n < 3 || start.elapsed() < budget) {
-        f();
-        n += 1;
+        let k = batch.min(max_iters - n);
+        let t = Instant::now();
+        for _ in 0..k {
+            f();
+        }
+        n += k;
+        if t.elapsed() < Duration::from_millis(1) {
+            batch = (batch * 2).min(1 << 16);
+        }
     }
     start.elapsed().as_nanos() as f64 / n as f64
 }
