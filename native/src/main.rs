@@ -75,6 +75,16 @@ enum Command {
     /// engine's own cost per operation.
     Bench(BenchArgs),
     /// Train a small MLP with compute shaders, every tensor from the pool.
+    ///
+    /// A two-layer MLP (64 inputs → hidden → 16 outputs, ReLU, squared error)
+    /// learns a fixed random function from generated data with plain SGD, in
+    /// shaders/mlp.wgsl. Like a framework, each step allocates its activations
+    /// and gradients from the pool and drops them at the end, so from the second
+    /// step on they are cache hits. Weights can be stored as f16 or int8 and are
+    /// decoded in the shader; the run reports the memory saved and the loss,
+    /// which must fall. With --find-batch and --budget it first finds, by a dry
+    /// run on the simulated device, the largest batch whose steps fit the budget,
+    /// then trains with it on the GPU under that budget.
     Workload(WorkloadArgs),
 }
 
