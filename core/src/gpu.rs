@@ -205,6 +205,64 @@ impl<'a> AllocDesc<'a> {
         self.usage = usage;
         self
     }
+
+    /// The engine request a [`Pool`] makes for this description: the size
+    /// rounded to 4 bytes, the pool it goes to (every non-mappable usage within
+    /// [`GPU_USAGE`] shares one pool when `widen_usage`, as
+    /// [`PoolOptions::widen_usage`] does), and exclusive segments for mappable
+    /// staging buffers. A dry run on the simulated device that calls this makes
+    /// exactly the requests the pool will. `mappable_primary`: the device has
+    /// `Features::MAPPABLE_PRIMARY_BUFFERS`.
+    ///
+    /// ```
+    /// use vrampool::{AllocDesc, GPU_USAGE};
+    /// let r = AllocDesc::storage(1001).request(true, false)?;
+    /// assert_eq!((r.size, r.usage, r.exclusive), (1004, GPU_USAGE.bits(), false));
+    /// # Ok::<(), vrampool::Error>(())
+    /// ```
+    pub fn request(&self, widen_usage: bool, mappable_primary: bool) -> Result<Request> {
+        use wgpu::BufferUsages as U;
+        let usage = self.usage;
+        let map = usage.intersects(U::MAP_READ | U::MAP_WRITE);
+        if usage.is_empty() {
+            return Err(Error::InvalidUsage {
+                usage: 0,
+                why: "no usage given; name at least one, e.g. STORAGE".into(),
+            });
+        }
+        if map && !mappable_primary {
+            let allowed = if usage.contains(U::MAP_READ | U::MAP_WRITE) {
+                U::empty()
+            } else if usage.contains(U::MAP_READ) {
+                U::MAP_READ | U::COPY_DST
+            } else {
+                U::MAP_WRITE | U::COPY_SRC
+            };
+            if allowed.is_empty() || !allowed.contains(usage) {
+                return Err(Error::InvalidUsage {
+                    usage: usage.bits(),
+                    why: format!(
+                        "{usage:?}: MAP_READ combines only with COPY_DST and MAP_WRITE only with COPY_SRC \
+                         unless the device has Features::MAPPABLE_PRIMARY_BUFFERS"
+                    ),
+                });
+            }
+        }
+        let pool_usage = if map {
+            usage
+        } else if widen_usage && GPU_USAGE.contains(usage) {
+            GPU_USAGE
+        } else {
+            usage | U::COPY_DST
+        };
+        Ok(Request {
+            size: self.size.div_ceil(wgpu::COPY_BUFFER_ALIGNMENT) * wgpu::COPY_BUFFER_ALIGNMENT,
+            usage: pool_usage.bits(),
+            exclusive: map,
+            label: self.label.map(Arc::from),
+            exact_segment: false,
+        })
+    }
 }
 
 struct Inner {
@@ -293,49 +351,8 @@ impl Pool {
         &self.inner.queue
     }
 
-    /// Maps a request's usage to the pool that serves it.
     fn request(&self, desc: &AllocDesc<'_>) -> Result<Request> {
-        use wgpu::BufferUsages as U;
-        let usage = desc.usage;
-        let map = usage.intersects(U::MAP_READ | U::MAP_WRITE);
-        if usage.is_empty() {
-            return Err(Error::InvalidUsage {
-                usage: 0,
-                why: "no usage given; name at least one, e.g. STORAGE".into(),
-            });
-        }
-        if map && !self.inner.mappable_primary {
-            let allowed = if usage.contains(U::MAP_READ | U::MAP_WRITE) {
-                U::empty()
-            } else if usage.contains(U::MAP_READ) {
-                U::MAP_READ | U::COPY_DST
-            } else {
-                U::MAP_WRITE | U::COPY_SRC
-            };
-            if allowed.is_empty() || !allowed.contains(usage) {
-                return Err(Error::InvalidUsage {
-                    usage: usage.bits(),
-                    why: format!(
-                        "{usage:?}: MAP_READ combines only with COPY_DST and MAP_WRITE only with COPY_SRC \
-                         unless the device has Features::MAPPABLE_PRIMARY_BUFFERS"
-                    ),
-                });
-            }
-        }
-        let pool_usage = if map {
-            usage
-        } else if self.inner.widen_usage && GPU_USAGE.contains(usage) {
-            GPU_USAGE
-        } else {
-            usage | U::COPY_DST
-        };
-        Ok(Request {
-            size: desc.size.div_ceil(wgpu::COPY_BUFFER_ALIGNMENT) * wgpu::COPY_BUFFER_ALIGNMENT,
-            usage: pool_usage.bits(),
-            exclusive: map,
-            label: desc.label.map(Arc::from),
-            exact_segment: false,
-        })
+        desc.request(self.inner.widen_usage, self.inner.mappable_primary)
     }
 
     fn wrap(

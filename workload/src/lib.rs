@@ -11,8 +11,8 @@
 
 use rand::{Rng, SeedableRng, rngs::SmallRng};
 use vrampool::{
-    AllocDesc, Config, Engine, Error, GPU_USAGE, Limit, Pool, PoolBuffer, Request, SimulatedDevice,
-    Stats,
+    AllocDesc, Config, Engine, Error, Limit, Pool, PoolBuffer, PoolOptions, Request,
+    SimulatedDevice, Stats,
 };
 
 /// The shader.
@@ -166,20 +166,12 @@ pub fn plan(c: &MlpConfig) -> Vec<Tensor> {
 
 const PARAMS_BYTES: u64 = 48;
 
-/// The request the pool makes for `t` (the same mapping as [`Pool`]: GPU
-/// tensors share the widened storage pool, readbacks get exclusive buffers).
+/// The request the pool makes for `t` (the pool's own mapping, with its
+/// default `widen_usage`).
 fn request(t: &Tensor) -> Request {
-    let size = t.size.div_ceil(4) * 4;
-    if t.readback {
-        let mut r = Request::new(
-            size,
-            (wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST).bits(),
-        );
-        r.exclusive = true;
-        r
-    } else {
-        Request::new(size, GPU_USAGE.bits())
-    }
+    desc(t)
+        .request(PoolOptions::default().widen_usage, false)
+        .expect("the workload's usages are valid")
 }
 
 /// Runs the allocation pattern of `steps` training steps on the simulated
