@@ -60,35 +60,7 @@ fn now_s() -> f64 {
 }
 
 async fn open_gpu() -> Result<Model, String> {
-    let has_gpu = web_sys::window()
-        .and_then(|w| js_sys::Reflect::get(&w.navigator(), &"gpu".into()).ok())
-        .is_some_and(|g| !g.is_undefined() && !g.is_null());
-    if !has_gpu {
-        return Err("this browser has no WebGPU (navigator.gpu is missing)".into());
-    }
-    if !wgpu::util::is_browser_webgpu_supported().await {
-        return Err(
-            "navigator.gpu is there but offers no adapter (WebGPU is disabled, or no GPU it supports)"
-                .into(),
-        );
-    }
-    let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
-        backends: wgpu::Backends::BROWSER_WEBGPU,
-        ..wgpu::InstanceDescriptor::new_without_display_handle()
-    });
-    let adapter = instance
-        .request_adapter(&wgpu::RequestAdapterOptions::default())
-        .await
-        .map_err(|e| format!("WebGPU found no adapter ({e})"))?;
-    let info = adapter.get_info();
-    let (device, queue) = adapter
-        .request_device(&wgpu::DeviceDescriptor {
-            label: Some("vrampool page"),
-            required_limits: adapter.limits(),
-            ..Default::default()
-        })
-        .await
-        .map_err(|e| format!("WebGPU refused a device: {e}"))?;
+    let (info, device, queue) = crate::open_webgpu().await?;
     let max_buffer = device.limits().max_buffer_size;
     let pool = Pool::new(device, queue, PoolOptions::default())
         .map_err(|e| format!("cannot make a pool: {e}"))?;
@@ -118,13 +90,13 @@ struct MapView {
     log: Vec<String>,
 }
 
-fn frame(m: &Model, t: &Training) -> Frame {
+fn frame(m: &Model, stats: Stats, t: &Training) -> Frame {
     Frame {
         ready: true,
         backend: m.backend.clone(),
         gpu: matches!(m.device, Device::Gpu(_)),
         max_buffer: m.max_buffer,
-        stats: Some(m.stats()),
+        stats: Some(stats),
         points: m.points.iter().copied().collect(),
         fallback_note: m.note.clone(),
         replay: m.replay.as_ref().map(|r| (r.next, r.trace.events.len())),
@@ -314,8 +286,8 @@ pub fn App() -> impl IntoView {
                 }
                 // Figures and the timeline at 20 Hz, the segment map and log at 5 Hz.
                 {
-                    m.sample(t);
-                    let mut f = frame(m, &training.borrow());
+                    let stats = m.sample(t);
+                    let mut f = frame(m, stats, &training.borrow());
                     f.released = released.get_untracked();
                     view_frame.set(f);
                 }

@@ -14,6 +14,42 @@ mod app;
 
 pub use model::{allocate_and_free_half, simulated_pool};
 
+/// A device on the browser's WebGPU adapter, with the adapter's own limits
+/// (so `max_buffer_size` is the hardware's). The error says plainly why there is
+/// none: no `navigator.gpu`, or no adapter behind it.
+#[cfg(target_arch = "wasm32")]
+pub async fn open_webgpu() -> Result<(wgpu::AdapterInfo, wgpu::Device, wgpu::Queue), String> {
+    let has_gpu = web_sys::window()
+        .and_then(|w| js_sys::Reflect::get(&w.navigator(), &"gpu".into()).ok())
+        .is_some_and(|g| !g.is_undefined() && !g.is_null());
+    if !has_gpu {
+        return Err("this browser has no WebGPU (navigator.gpu is missing)".into());
+    }
+    if !wgpu::util::is_browser_webgpu_supported().await {
+        return Err(
+            "navigator.gpu is there but offers no adapter (WebGPU is disabled, or no GPU it supports)"
+                .into(),
+        );
+    }
+    let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
+        backends: wgpu::Backends::BROWSER_WEBGPU,
+        ..wgpu::InstanceDescriptor::new_without_display_handle()
+    });
+    let adapter = instance
+        .request_adapter(&wgpu::RequestAdapterOptions::default())
+        .await
+        .map_err(|e| format!("WebGPU found no adapter ({e})"))?;
+    let (device, queue) = adapter
+        .request_device(&wgpu::DeviceDescriptor {
+            label: Some("vrampool page"),
+            required_limits: adapter.limits(),
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| format!("WebGPU refused a device: {e}"))?;
+    Ok((adapter.get_info(), device, queue))
+}
+
 /// Mounts the page into `<body>` (called by wasm-bindgen when the module loads).
 #[cfg(target_arch = "wasm32")]
 #[wasm_bindgen::prelude::wasm_bindgen(start)]

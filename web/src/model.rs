@@ -74,6 +74,12 @@ impl Usage {
             Usage::Readback => U::MAP_READ | U::COPY_DST,
         }
     }
+    /// What the pool is asked for: `size` bytes of this usage, labelled with it.
+    pub fn desc(self, size: u64) -> AllocDesc<'static> {
+        AllocDesc::storage(size)
+            .usage(self.wgpu())
+            .label(self.label())
+    }
     fn label(self) -> &'static str {
         match self {
             Usage::Storage => "storage",
@@ -233,8 +239,8 @@ impl Model {
     }
 
     /// Records a timeline point, and logs the segments the pool created or
-    /// released since the last one, and any OOM.
-    pub fn sample(&mut self, t: f64) {
+    /// released since the last one, and any OOM. Returns the stats it read.
+    pub fn sample(&mut self, t: f64) -> Stats {
         let s = self.stats();
         let (now, was) = (s.counters, self.last_counters);
         if now.device_allocs < was.device_allocs || now.allocs < was.allocs {
@@ -279,6 +285,7 @@ impl Model {
             cached: s.total.cached_bytes.current,
             budget: s.limit,
         });
+        s
     }
 
     /// Allocates on the simulated device (the GPU path is async: see [`alloc_gpu`]).
@@ -286,11 +293,10 @@ impl Model {
         let Device::Sim(e) = &mut self.device else {
             return Err(Error::Config("not the simulated device".into()));
         };
-        let mut req = Request::new(size.div_ceil(4) * 4, GPU_USAGE.bits());
-        if usage == Usage::Readback {
-            req.usage = usage.wgpu().bits();
-            req.exclusive = true;
-        }
+        // The same request the GPU pool would make (default `widen_usage`).
+        let req = usage
+            .desc(size)
+            .request(PoolOptions::default().widen_usage, false)?;
         Ok(Handle::Sim(e.allocate(req)?.id))
     }
 

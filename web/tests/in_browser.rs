@@ -11,18 +11,9 @@ use wasm_bindgen_test::*;
 wasm_bindgen_test_configure!(run_in_browser);
 
 async fn pool(limit: Option<u64>) -> Pool {
-    let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
-        backends: wgpu::Backends::BROWSER_WEBGPU,
-        ..wgpu::InstanceDescriptor::new_without_display_handle()
-    });
-    let adapter = instance
-        .request_adapter(&wgpu::RequestAdapterOptions::default())
+    let (_, device, queue) = vrampool_web::open_webgpu()
         .await
-        .expect("the browser gives a WebGPU adapter (--enable-unsafe-webgpu)");
-    let (device, queue) = adapter
-        .request_device(&wgpu::DeviceDescriptor::default())
-        .await
-        .expect("a device");
+        .expect("the browser gives a WebGPU device (--enable-unsafe-webgpu)");
     Pool::new(
         device,
         queue,
