@@ -13,9 +13,18 @@ const DEVICE: u64 = 141 << 30;
 /// Replays `t` on the simulated H200 under `budget` × peak live (or no limit);
 /// returns the report and the engine, for its invariants and stats.
 fn run(t: &Trace, budget: Option<f64>) -> (ReplayReport, Engine<SimulatedDevice>) {
+    run_with(Config::default(), t, budget)
+}
+
+/// [`run`] with another configuration.
+fn run_with(
+    base: Config,
+    t: &Trace,
+    budget: Option<f64>,
+) -> (ReplayReport, Engine<SimulatedDevice>) {
     let config = Config {
         limit: budget.map(|x| Limit::Bytes((t.peak_live as f64 * x) as u64)),
-        ..Config::default()
+        ..base
     };
     let mut e = Engine::new(
         SimulatedDevice::with_max_buffer_size(DEVICE, MAX_BUFFER),
@@ -198,18 +207,7 @@ fn the_pytorch_preset_reproduces_pytorchs_figures() {
     ];
     for (name, ratio, min) in pytorch {
         let t = load(name);
-        let replay_with = |limit: Option<f64>| {
-            let config = Config {
-                limit: limit.map(|x| Limit::Bytes((t.peak_live as f64 * x) as u64)),
-                ..Config::pytorch()
-            };
-            let mut e = Engine::new(
-                SimulatedDevice::with_max_buffer_size(DEVICE, MAX_BUFFER),
-                config,
-            )
-            .unwrap();
-            replay(&mut e, &t, 0)
-        };
+        let replay_with = |limit: Option<f64>| run_with(Config::pytorch(), &t, limit).0;
         let r = replay_with(None);
         assert!(
             (r.reserved_ratio - ratio).abs() <= 0.005,
