@@ -462,7 +462,7 @@ fn replay_cmd(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
                     let before = smi();
                     let (mut high, mut last) = (before, 0u64);
                     let (mut held, mut emptied) = (None, None);
-                    let mut at_peak = None::<(u64, u64, u64)>;
+                    let (mut at_peak, mut after_empty) = (None::<(u64, u64, u64)>, None);
                     let mut probe = |m: Moment<'_>| match m {
                         Moment::Sample(s) => {
                             let r = s.figures.reserved;
@@ -482,32 +482,30 @@ fn replay_cmd(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
                         Moment::Emptied => {
                             let _ = device.poll(wgpu::PollType::wait_indefinitely());
                             emptied = smi();
+                            after_empty = device
+                                .generate_allocator_report()
+                                .map(|r| (0, r.total_allocated_bytes, r.total_reserved_bytes));
                         }
                     };
                     let mut make = || Ok(WgpuBackend::new(device, None));
-                    let out = one_run(kind, &mut make, t, limit, usage, false, &pb, &mut probe)?;
-                    let rep = device.generate_allocator_report();
+                    let out = one_run(
+                        kind,
+                        &mut make,
+                        t,
+                        limit,
+                        usage,
+                        a.min_budget,
+                        &pb,
+                        &mut probe,
+                    )?;
                     view = DriverView {
                         nvidia_smi: a
                             .nvidia_smi
                             .then_some([before, high.max(held), held, emptied]),
                         allocator_at_peak: at_peak,
-                        allocator_after_empty_cache: rep
-                            .map(|r| (0, r.total_allocated_bytes, r.total_reserved_bytes)),
+                        allocator_after_empty_cache: after_empty,
                     };
-                    let min = if a.min_budget {
-                        pb.set_message(format!(
-                            "{} {}: bisecting the smallest budget",
-                            t.name,
-                            kind.name()
-                        ));
-                        let hidden = ProgressBar::hidden();
-                        let mut make = || Ok(WgpuBackend::new(device, None));
-                        replay::min_budget(kind, &mut make, t, usage, &hidden)?
-                    } else {
-                        None
-                    };
-                    (out.0, min)
+                    out
                 }
             };
             any_oom |= outcome.report.ooms > 0;
