@@ -98,16 +98,51 @@ fn parse_u64(field: &str, what: &str) -> Result<u64, String> {
     r.map_err(|_| format!("{what} `{f}` is not a non-negative integer"))
 }
 
+/// The longest line the reader accepts. An RMM log row is about 60 bytes; a
+/// longer line means the wrong file, and is refused without reading it whole.
+pub const MAX_LINE: usize = 64 * 1024;
+
+/// Counts lines as bytes pass through, and fails the read once a line grows
+/// past [`MAX_LINE`], so a file with a 1 GB line costs 64 KiB, not 1 GB.
+struct LineLimit<R> {
+    inner: R,
+    line: u64,
+    run: usize,
+    too_long: std::rc::Rc<std::cell::Cell<Option<u64>>>,
+}
+
+impl<R: Read> Read for LineLimit<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        for &b in &buf[..n] {
+            if b == b'\n' {
+                self.line += 1;
+                self.run = 0;
+            } else {
+                self.run += 1;
+                if self.run > MAX_LINE {
+                    self.too_long.set(Some(self.line));
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        "line too long",
+                    ));
+                }
+            }
+        }
+        Ok(n)
+    }
+}
+
 impl Trace {
-    /// Reads a trace file, plain or gzip-compressed (detected by its magic bytes).
+    /// Reads a trace file, plain or gzip-compressed (detected by its magic
+    /// bytes), streaming: memory grows with the events, not with the file.
     pub fn open(path: impl AsRef<Path>) -> Result<Trace, TraceError> {
         let path = path.as_ref();
         let shown = path.display().to_string();
-        let io = |source| TraceError::Io {
+        let file = std::fs::File::open(path).map_err(|source| TraceError::Io {
             path: shown.clone(),
             source,
-        };
-        let bytes = std::fs::read(path).map_err(io)?;
+        })?;
         let name = path
             .file_name()
             .and_then(|n| n.to_str())
@@ -117,40 +152,86 @@ impl Trace {
                     .to_string()
             })
             .unwrap_or_else(|| shown.clone());
-        Self::from_bytes(&name, &bytes)
+        Self::from_reader(&name, file).map_err(|e| match e {
+            // Name the file the user gave, not its stem, when it cannot be read.
+            TraceError::Io { source, .. } => TraceError::Io {
+                path: shown,
+                source,
+            },
+            e => e,
+        })
     }
 
     /// Parses a trace from bytes, plain or gzip.
     pub fn from_bytes(name: &str, bytes: &[u8]) -> Result<Trace, TraceError> {
-        if bytes.starts_with(&[0x1f, 0x8b]) {
-            let mut text = Vec::new();
-            flate2::read::MultiGzDecoder::new(bytes)
-                .read_to_end(&mut text)
-                .map_err(|source| TraceError::Io {
-                    path: name.to_string(),
-                    source,
-                })?;
-            Self::parse(name, &text)
+        Self::from_reader(name, bytes)
+    }
+
+    /// Parses a trace from any reader, plain or gzip (detected by its magic
+    /// bytes), streaming. `name` is used in messages.
+    pub fn from_reader(name: &str, reader: impl Read) -> Result<Trace, TraceError> {
+        use std::io::BufRead;
+        let io = |source| TraceError::Io {
+            path: name.to_string(),
+            source,
+        };
+        let mut reader = std::io::BufReader::new(reader);
+        if reader.fill_buf().map_err(io)?.starts_with(&[0x1f, 0x8b]) {
+            Self::parse_reader(name, flate2::read::MultiGzDecoder::new(reader))
         } else {
-            Self::parse(name, bytes)
+            Self::parse_reader(name, reader)
         }
     }
 
     /// Parses plain CSV text.
     pub fn parse(name: &str, text: &[u8]) -> Result<Trace, TraceError> {
+        Self::parse_reader(name, text)
+    }
+
+    fn parse_reader(name: &str, text: impl Read) -> Result<Trace, TraceError> {
+        let too_long = std::rc::Rc::new(std::cell::Cell::new(None));
+        let text = LineLimit {
+            inner: text,
+            line: 1,
+            run: 0,
+            too_long: too_long.clone(),
+        };
         let mut rdr = csv::ReaderBuilder::new()
             .has_headers(true)
             .flexible(true)
             .from_reader(text);
+        // A read error is a line too long, a broken gzip stream, or the OS.
+        let read_err = |e: csv::Error, fallback_line: u64| {
+            if let Some(line) = too_long.get() {
+                return TraceError::Row {
+                    path: name.to_string(),
+                    line,
+                    why: format!(
+                        "line longer than {} KiB (an RMM log row is about 60 bytes): is this an RMM log?",
+                        MAX_LINE / 1024
+                    ),
+                };
+            }
+            let line = e.position().map_or(fallback_line, |p| p.line());
+            let why = e.to_string();
+            match e.into_kind() {
+                csv::ErrorKind::Io(source) => TraceError::Io {
+                    path: name.to_string(),
+                    source,
+                },
+                _ => TraceError::Row {
+                    path: name.to_string(),
+                    line,
+                    why,
+                },
+            }
+        };
         let row_err = |line: u64, why: String| TraceError::Row {
             path: name.to_string(),
             line,
             why,
         };
-        let headers = rdr
-            .headers()
-            .map_err(|e| row_err(1, e.to_string()))?
-            .clone();
+        let headers = rdr.headers().map_err(|e| read_err(e, 1))?.clone();
         let cols: Vec<&str> = headers.iter().map(str::trim).collect();
         if cols != HEADER.split(',').collect::<Vec<_>>() {
             return Err(TraceError::Header {
@@ -166,10 +247,7 @@ impl Trace {
         let mut cur = 0u64;
         let mut record = csv::StringRecord::new();
         loop {
-            let more = rdr.read_record(&mut record).map_err(|e| {
-                let line = e.position().map_or(0, |p| p.line());
-                row_err(line, e.to_string())
-            })?;
+            let more = rdr.read_record(&mut record).map_err(|e| read_err(e, 0))?;
             if !more {
                 break;
             }
