@@ -7,7 +7,7 @@
 
 use std::num::NonZeroU64;
 use std::ops::Range;
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 
 use crate::engine::{
     Backend, BlockId, Config, DeviceError, Engine, Leak, Limit, Request, SegmentDesc, Snapshot,
@@ -31,6 +31,8 @@ pub struct WgpuBackend {
     device: wgpu::Device,
     max_buffer_size: u64,
     capacity: Option<u64>,
+    /// Set by the device's lost callback (see [`Pool::new`]).
+    lost: Arc<LostState>,
     /// When set, segment creation does not wait for the error scopes; their
     /// futures are left here for [`Pool::alloc_async`] to await.
     deferred: Option<Vec<PendingCheck>>,
@@ -78,12 +80,59 @@ impl WgpuBackend {
     ///
     /// Drive an [`Engine`] with it to replay a trace on a real device:
     /// `vrampool::replay(&mut Engine::new(WgpuBackend::new(&device, None), config)?, &trace, usage)`.
+    ///
+    /// It takes the device's lost callback (wgpu keeps one per device) to learn
+    /// of a loss: register yours through [`Pool::on_device_lost`], not
+    /// `Device::set_device_lost_callback`, which would replace it.
     pub fn new(device: &wgpu::Device, capacity: Option<u64>) -> Self {
+        let lost = Arc::<LostState>::default();
+        let state = Arc::clone(&lost);
+        device.set_device_lost_callback(move |reason, message| {
+            state.lose(match reason {
+                wgpu::DeviceLostReason::Destroyed => {
+                    "the device was destroyed (Device::destroy)".to_string()
+                }
+                _ if message.is_empty() => "the driver lost the device".to_string(),
+                _ => format!("the driver lost the device ({message})"),
+            })
+        });
         WgpuBackend {
             device: device.clone(),
             max_buffer_size: device.limits().max_buffer_size,
             capacity,
+            lost,
             deferred: None,
+        }
+    }
+
+    /// Why the device was lost, once its lost callback has run.
+    fn lost(&self) -> Option<&str> {
+        self.lost.why.get().map(String::as_str)
+    }
+}
+
+/// What the device's lost callback reported, shared by the callback, the
+/// backend and the pool. wgpu swallows every error of a lost device (WebGPU's
+/// rule), so a `create_buffer` on it "succeeds" with an invalid buffer: this
+/// is how the pool knows not to hand one out.
+#[derive(Default)]
+struct LostState {
+    why: OnceLock<String>,
+    observers: Mutex<Vec<LostObserver>>,
+}
+
+type LostObserver = Box<dyn Fn(&str) + Send + Sync>;
+
+impl LostState {
+    fn lose(&self, why: String) {
+        // Under the lock, so an observer registered meanwhile is called once.
+        let observers = self.observers.lock().unwrap_or_else(|e| e.into_inner());
+        if self.why.get().is_some() {
+            return;
+        }
+        let why = self.why.get_or_init(|| why);
+        for f in observers.iter() {
+            f(why);
         }
     }
 }
@@ -92,6 +141,13 @@ impl Backend for WgpuBackend {
     type Segment = wgpu::Buffer;
 
     fn create_segment(&mut self, desc: &SegmentDesc<'_>) -> Result<wgpu::Buffer, DeviceError> {
+        // A destroyed device reports its loss from its next poll; poll here,
+        // on the slow path, so a new segment is never made on a lost device.
+        #[cfg(not(target_arch = "wasm32"))]
+        let _ = self.device.poll(wgpu::PollType::Poll);
+        if let Some(why) = self.lost() {
+            return Err(DeviceError::Lost(why.to_string()));
+        }
         let usage = wgpu::BufferUsages::from_bits_truncate(desc.usage);
         let validation = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
@@ -255,8 +311,14 @@ impl<'a> AllocDesc<'a> {
         } else {
             usage | U::COPY_DST
         };
+        // Round to 4 bytes; a size that cannot be rounded is too large for any
+        // device, which the engine reports (it compares with max_buffer_size).
+        let size = self
+            .size
+            .checked_next_multiple_of(wgpu::COPY_BUFFER_ALIGNMENT)
+            .unwrap_or(self.size);
         Ok(Request {
-            size: self.size.div_ceil(wgpu::COPY_BUFFER_ALIGNMENT) * wgpu::COPY_BUFFER_ALIGNMENT,
+            size,
             usage: pool_usage.bits(),
             exclusive: map,
             label: self.label.map(Arc::from),
@@ -269,6 +331,7 @@ struct Inner {
     device: wgpu::Device,
     queue: wgpu::Queue,
     engine: Mutex<Engine<WgpuBackend>>,
+    lost: Arc<LostState>,
     widen_usage: bool,
     mappable_primary: bool,
     #[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
@@ -316,6 +379,12 @@ impl Pool {
     pub fn new(device: wgpu::Device, queue: wgpu::Queue, options: PoolOptions) -> Result<Pool> {
         let limits = device.limits();
         let mut config = options.config;
+        if !config.alignment.is_power_of_two() {
+            return Err(Error::Config(format!(
+                "alignment must be a power of two, got {}",
+                config.alignment
+            )));
+        }
         config.alignment = config
             .alignment
             .max(limits.min_storage_buffer_offset_alignment as u64)
@@ -329,11 +398,13 @@ impl Pool {
         let mappable_primary = device
             .features()
             .contains(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS);
+        let lost = Arc::clone(&engine.backend().lost);
         Ok(Pool {
             inner: Arc::new(Inner {
                 device,
                 queue,
                 engine: Mutex::new(engine),
+                lost,
                 widen_usage: options.widen_usage,
                 mappable_primary,
                 alloc_gate: async_lock::Mutex::new(()),
@@ -351,8 +422,36 @@ impl Pool {
         &self.inner.queue
     }
 
+    /// The pool's request for `desc`, or [`Error::DeviceLost`] once the device is.
     fn request(&self, desc: &AllocDesc<'_>) -> Result<Request> {
+        if let Some(why) = self.device_lost() {
+            return Err(Error::DeviceLost(why.to_string()));
+        }
         desc.request(self.inner.widen_usage, self.inner.mappable_primary)
+    }
+
+    /// Why the device was lost, once wgpu has said so (from a poll after
+    /// `Device::destroy`, or when the driver loses it). From then on every
+    /// allocation fails with [`Error::DeviceLost`]; frees, stats, snapshots and
+    /// `empty_cache` keep working, and handles still live can be dropped.
+    pub fn device_lost(&self) -> Option<&str> {
+        self.inner.lost.why.get().map(String::as_str)
+    }
+
+    /// Calls `f` with the reason when the device is lost (at once if it already
+    /// is). The pool holds the device's one lost callback (see
+    /// [`WgpuBackend::new`]); register here instead.
+    pub fn on_device_lost(&self, f: impl Fn(&str) + Send + Sync + 'static) {
+        let mut observers = self
+            .inner
+            .lost
+            .observers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(why) = self.inner.lost.why.get() {
+            f(why);
+        }
+        observers.push(Box::new(f));
     }
 
     fn wrap(
