@@ -46,18 +46,27 @@ impl Request {
     }
 }
 
-/// Handle to a live block; freeing it twice is detected.
+/// Handle to a live block; freeing it twice, or in another engine, is detected.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct BlockId {
     index: u32,
     generation: u32,
+    /// The engine that made it (each engine has its own number).
+    engine: u32,
 }
 
 impl std::fmt::Display for BlockId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "#{}.{}", self.index, self.generation)
+        write!(
+            f,
+            "#{}.{} of engine {}",
+            self.index, self.generation, self.engine
+        )
     }
 }
+
+/// Numbers engines, so a block id from one is refused by another.
+static NEXT_ENGINE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
 
 /// Identifies a segment while it exists.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -157,6 +166,8 @@ pub type OomObserver = Box<dyn Fn(&OomInfo) + Send + Sync>;
 /// ```
 pub struct Engine<B: Backend> {
     backend: B,
+    /// This engine's number, carried by its block ids.
+    id: u32,
     config: Config,
     limit: Option<u64>,
     max_segment: u64,
@@ -215,6 +226,7 @@ impl<B: Backend> Engine<B> {
                 m.min(backend.max_segment_size())
             });
         let mut e = Engine {
+            id: NEXT_ENGINE.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             backend,
             config,
             limit: None,
@@ -479,8 +491,8 @@ impl<B: Backend> Engine<B> {
             self.counters.cache_hits += 1;
             return Ok(self.take_block(b, rounded, req));
         }
+        let seg = self.new_segment(pool, class, rounded, &req)?;
         self.counters.cache_misses += 1;
-        let seg = self.new_segment(pool, class, rounded, req.exact_segment)?;
         let b = self.segments[seg as usize].as_ref().unwrap().first;
         Ok(self.take_block(b, rounded, req))
     }
@@ -525,9 +537,9 @@ impl<B: Backend> Engine<B> {
         pool: u16,
         class: SegmentClass,
         rounded: u64,
-        exact: bool,
+        req: &Request,
     ) -> Result<u32> {
-        let mut size = if exact {
+        let mut size = if req.exact_segment {
             rounded
         } else {
             self.segment_size(rounded, class)
@@ -544,7 +556,7 @@ impl<B: Backend> Engine<B> {
                 retried = true;
                 self.release((self.total.reserved_bytes.current + rounded).saturating_sub(limit));
                 if self.total.reserved_bytes.current + rounded > limit {
-                    return Err(self.oom(rounded, false));
+                    return Err(self.oom(req.size, false));
                 }
                 size = self.fit(size, rounded, limit);
             }
@@ -578,7 +590,7 @@ impl<B: Backend> Engine<B> {
                     retried = true;
                     self.release(u64::MAX);
                 }
-                Err(DeviceError::OutOfMemory) => return Err(self.oom(rounded, true)),
+                Err(DeviceError::OutOfMemory) => return Err(self.oom(req.size, true)),
                 Err(DeviceError::Lost(why)) => {
                     self.lost = Some(why.clone());
                     return Err(Error::DeviceLost(why));
@@ -604,10 +616,10 @@ impl<B: Backend> Engine<B> {
         room.min(size).max(rounded)
     }
 
-    fn oom(&mut self, rounded: u64, device_refused: bool) -> Error {
+    fn oom(&mut self, requested: u64, device_refused: bool) -> Error {
         self.counters.ooms += 1;
         let info = OomInfo {
-            requested: rounded,
+            requested,
             allocated: self.total.allocated_bytes.current,
             reserved: self.total.reserved_bytes.current,
             cached: self.total.cached_bytes.current,
@@ -757,6 +769,7 @@ impl<B: Backend> Engine<B> {
             id: BlockId {
                 index: b,
                 generation,
+                engine: self.id,
             },
             segment: SegmentId(seg),
             offset,
@@ -767,7 +780,13 @@ impl<B: Backend> Engine<B> {
 
     fn live_block(&self, id: BlockId) -> Result<&Block> {
         match self.blocks.get(id.index as usize) {
-            Some(b) if b.generation == id.generation && b.state == BlockState::Live => Ok(b),
+            Some(b)
+                if b.generation == id.generation
+                    && id.engine == self.id
+                    && b.state == BlockState::Live =>
+            {
+                Ok(b)
+            }
             _ => Err(Error::UnknownBlock(id.to_string())),
         }
     }
@@ -1020,9 +1039,11 @@ impl<B: Backend> Engine<B> {
             .sum();
         Stats {
             total: self.total,
+            // A pool that never held a byte (one a refused request named) is not shown.
             pools: self
                 .pools
                 .iter()
+                .filter(|p| p.stats.allocations.peak > 0 || p.stats.segments.peak > 0)
                 .map(|p| PoolReport {
                     name: p.name.clone(),
                     usage: p.usage,
