@@ -32,11 +32,11 @@ fn verify_tags(@builtin(global_invocation_id) id: vec3<u32>) {
     }
 }
 
-// Counts non-zero words of a block: zero-on-reuse must leave none.
+// Counts non-zero words of a block (in errors[1]): zero-on-reuse must leave none.
 @compute @workgroup_size(64)
 fn count_nonzero(@builtin(global_invocation_id) id: vec3<u32>) {
     let i = id.x + id.y * 65535u * 64u;
     if (i < params.words && data[i] != 0u) {
-        atomicAdd(&errors[0], 1u);
+        atomicAdd(&errors[1], 1u);
     }
 }

@@ -133,7 +133,7 @@ impl Tagger {
         };
         let errors = device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("tag errors"),
-            size: 4,
+            size: 8,
             usage: wgpu::BufferUsages::STORAGE
                 | wgpu::BufferUsages::COPY_SRC
                 | wgpu::BufferUsages::COPY_DST,
@@ -141,7 +141,7 @@ impl Tagger {
         });
         let readback = device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("tag readback"),
-            size: 4,
+            size: 8,
             usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
@@ -157,7 +157,9 @@ impl Tagger {
         }
     }
 
-    fn run(&self, passes: &[(&wgpu::ComputePipeline, &[Range<'_>])]) -> u32 {
+    /// Records one dispatch per `(range, tag)` of each pass, in order, in one
+    /// submission; returns the two counters: `[mismatched tag words, non-zero words]`.
+    fn run(&self, passes: &[(&wgpu::ComputePipeline, &[(Range<'_>, u32)])]) -> [u32; 2] {
         let n: usize = passes.iter().map(|p| p.1.len()).sum();
         let params = self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("tag params"),
@@ -168,19 +170,19 @@ impl Tagger {
         let mut bytes = vec![0u8; n.max(1) * 256];
         let mut k = 0;
         for (_, ranges) in passes {
-            for (i, r) in ranges.iter().enumerate() {
-                bytes[k * 256..k * 256 + 4].copy_from_slice(&(i as u32 + 1).to_le_bytes());
+            for (r, tag) in ranges.iter() {
+                bytes[k * 256..k * 256 + 4].copy_from_slice(&tag.to_le_bytes());
                 bytes[k * 256 + 4..k * 256 + 8]
                     .copy_from_slice(&((r.size / 4) as u32).to_le_bytes());
                 k += 1;
             }
         }
         self.queue.write_buffer(&params, 0, &bytes);
-        self.queue.write_buffer(&self.errors, 0, &[0; 4]);
+        self.queue.write_buffer(&self.errors, 0, &[0; 8]);
         let mut enc = self.device.create_command_encoder(&Default::default());
         let mut k = 0u32;
         for (pipeline, ranges) in passes {
-            for r in *ranges {
+            for (r, _) in *ranges {
                 let bg = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
                     label: None,
                     layout: &self.layout,
@@ -215,7 +217,7 @@ impl Tagger {
                 k += 1;
             }
         }
-        enc.copy_buffer_to_buffer(&self.errors, 0, &self.readback, 0, 4);
+        enc.copy_buffer_to_buffer(&self.errors, 0, &self.readback, 0, 8);
         self.queue.submit([enc.finish()]);
         self.readback
             .slice(..)
@@ -223,22 +225,61 @@ impl Tagger {
         self.device
             .poll(wgpu::PollType::wait_indefinitely())
             .expect("poll");
-        let v = u32::from_le_bytes(
-            self.readback.slice(..).get_mapped_range().expect("mapped")[..4]
-                .try_into()
-                .unwrap(),
-        );
+        let counts: [u32; 2] = {
+            let view = self.readback.slice(..).get_mapped_range().expect("mapped");
+            [0, 1].map(|i| u32::from_le_bytes(view[i * 4..i * 4 + 4].try_into().unwrap()))
+        };
         self.readback.unmap();
-        v
+        counts
+    }
+
+    /// One step of a long integrity run, in one submission: counts the non-zero
+    /// words of `zeroed` (blocks handed out as zeroed), writes each `(range,
+    /// tag)` of `write` (blocks new since the last step), then verifies every
+    /// `(range, tag)` of `verify` (all live blocks). Returns `(corrupted words,
+    /// non-zero words)`: a block whose tag changed since it was written shared
+    /// bytes with another block, or was cleared by another block's zeroing.
+    pub fn step(
+        &self,
+        zeroed: &[Range<'_>],
+        write: &[(Range<'_>, u32)],
+        verify: &[(Range<'_>, u32)],
+    ) -> (u32, u32) {
+        let zeroed: Vec<_> = zeroed.iter().map(|r| (*r, 0)).collect();
+        let [corrupt, nonzero] = self.run(&[
+            (&self.nonzero, &zeroed),
+            (&self.write, write),
+            (&self.verify, verify),
+        ]);
+        (corrupt, nonzero)
     }
 
     /// Writes each range's tag, then verifies all; returns the corrupted words.
     pub fn tag_and_verify(&self, ranges: &[Range<'_>]) -> u32 {
-        self.run(&[(&self.write, ranges), (&self.verify, ranges)])
+        let tagged: Vec<_> = ranges.iter().zip(1..).map(|(r, t)| (*r, t)).collect();
+        self.run(&[(&self.write, &tagged), (&self.verify, &tagged)])[0]
     }
 
     /// Counts non-zero words in the ranges.
     pub fn count_nonzero(&self, ranges: &[Range<'_>]) -> u32 {
-        self.run(&[(&self.nonzero, ranges)])
+        let ranges: Vec<_> = ranges.iter().map(|r| (*r, 0)).collect();
+        self.run(&[(&self.nonzero, &ranges)])[1]
+    }
+}
+
+/// A tiny xorshift so random sequences are reproducible without a dependency.
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// The next value.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    /// A value in `0..n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
     }
 }

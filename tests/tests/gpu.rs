@@ -4,7 +4,7 @@
 //! survives.
 
 use vrampool::{AllocDesc, Config, Error, Limit, Pool, PoolBuffer, PoolOptions};
-use vrampool_tests::{Range, Tagger, device};
+use vrampool_tests::{Range, Rng, Tagger, device};
 use wgpu::BufferUsages as U;
 
 fn pool_with(config: Config) -> Pool {
@@ -22,20 +22,6 @@ fn pool_with(config: Config) -> Pool {
 
 fn pool() -> Pool {
     pool_with(Config::default())
-}
-
-/// A tiny xorshift so the sequences are reproducible without a dependency.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
 }
 
 #[test]
