@@ -287,7 +287,12 @@ impl Trace {
                             format!("pointer {pointer:#x} allocated again before it was freed"),
                         ));
                     }
-                    cur += size;
+                    cur = cur.checked_add(size).ok_or_else(|| {
+                        row_err(
+                            line,
+                            "live bytes exceed 2^64: are the sizes in bytes?".into(),
+                        )
+                    })?;
                     trace.peak_live = trace.peak_live.max(cur);
                     trace.largest = trace.largest.max(size);
                     size

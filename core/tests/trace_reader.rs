@@ -95,3 +95,112 @@ fn a_missing_file_names_the_path() {
         "{e}"
     );
 }
+
+#[test]
+fn more_bad_logs_name_the_line_and_the_problem() {
+    let cases: [(&[u8], &str); 7] = [
+        (
+            b"0,1,allocate,0x10,18446744073709551616,0x0\n",
+            "line 2: size `18446744073709551616` is not a non-negative integer",
+        ),
+        (
+            b"0,1,allocate,0x10,0x8000000000000000,0x0\n0,1,allocate,0x20,0x8000000000000000,0x0\n",
+            "line 3: live bytes exceed 2^64",
+        ),
+        (b"0,1,allocate,0x10,\xff\xfe,0x0\n", "line 2"),
+        (b"0,1,allo\0cate,0x10,5,0x0\n", "line 2: unknown action"),
+        (b"0,1,\"allocate,0x10,5,0x0\n", "line 2: expected 6 columns"),
+        (b"", "holds no allocation"),
+        (b"\n\n\n", "holds no allocation"),
+    ];
+    for (body, want) in cases {
+        let text = [H.as_bytes(), body].concat();
+        let got = Trace::parse("t", &text).unwrap_err().to_string();
+        assert!(
+            got.contains(want),
+            "for {body:?}: got `{got}`, want `{want}`"
+        );
+    }
+    // No header at all, and a header with a column missing.
+    for (text, want) in [
+        (&b""[..], "line 1: expected the RMM header"),
+        (
+            b"Thread,Time,Action,Pointer,Size\n",
+            "found `Thread,Time,Action,Pointer,Size`",
+        ),
+    ] {
+        let got = Trace::parse("t", text).unwrap_err().to_string();
+        assert!(got.contains(want), "got `{got}`, want `{want}`");
+    }
+    // Gzip magic followed by garbage: a read error, not a panic.
+    let e = Trace::from_bytes("junk", b"\x1f\x8b\x08\x00garbage").unwrap_err();
+    assert!(matches!(e, TraceError::Io { .. }), "{e}");
+    // A directory is not a trace.
+    let e = Trace::open(env!("CARGO_MANIFEST_DIR"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with("cannot read trace "), "{e}");
+}
+
+/// A reader of `header`, then a row that never ends: `len` bytes of digits,
+/// produced lazily; counts what was read.
+struct EndlessLine {
+    header: &'static [u8],
+    at: usize,
+    len: usize,
+    read: std::rc::Rc<std::cell::Cell<usize>>,
+}
+
+impl std::io::Read for EndlessLine {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let total = self.header.len() + self.len;
+        let n = buf.len().min(total - self.at);
+        for (i, b) in buf[..n].iter_mut().enumerate() {
+            let k = self.at + i;
+            *b = if k < self.header.len() {
+                self.header[k]
+            } else {
+                b'9'
+            };
+        }
+        self.at += n;
+        self.read.set(self.at);
+        Ok(n)
+    }
+}
+
+#[test]
+fn a_one_gigabyte_line_is_refused_without_reading_it() {
+    let read = std::rc::Rc::new(std::cell::Cell::new(0));
+    let line = EndlessLine {
+        header: b"Thread,Time,Action,Pointer,Size,Stream\n0,1,allocate,0x10,",
+        at: 0,
+        len: 1 << 30,
+        read: read.clone(),
+    };
+    let e = Trace::from_reader("huge", line).unwrap_err().to_string();
+    assert!(e.contains("huge: line 2: line longer than 64 KiB"), "{e}");
+    assert!(
+        read.get() < 1 << 20,
+        "read {} bytes of a 1 GiB line",
+        read.get()
+    );
+
+    // The same line inside a gzip file of about 1 MB: 1024 gzip members of
+    // 1 MiB of digits each, which the reader stops decompressing at 64 KiB.
+    let member = |bytes: &[u8]| {
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        gz.write_all(bytes).unwrap();
+        gz.finish().unwrap()
+    };
+    let mut file = member(b"Thread,Time,Action,Pointer,Size,Stream\n0,1,allocate,0x10,");
+    let digits = member(&vec![b'9'; 1 << 20]);
+    for _ in 0..1024 {
+        file.extend_from_slice(&digits);
+    }
+    assert!(file.len() < 4 << 20, "{} bytes compressed", file.len());
+    let e = Trace::from_bytes("huge.csv.gz", &file)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("line 2: line longer than 64 KiB"), "{e}");
+}

@@ -289,6 +289,38 @@ fn bad_traces_are_refused_with_their_line() {
         &[],
         "cannot read trace",
     );
+    // Bytes that are not UTF-8.
+    let utf = d.path().join("utf.csv");
+    std::fs::write(
+        &utf,
+        [H.as_bytes(), b"0,1,allocate,0x10,\xff\xfe,0x0\n"].concat(),
+    )
+    .unwrap();
+    refuses(
+        &["replay", "--simulate", utf.to_str().unwrap()],
+        &[],
+        "utf: line 2: CSV parse error",
+    );
+    // A 1 GiB line in a 1 MB gzip file (1024 members of 1 MiB of digits):
+    // refused at 64 KiB, not read into memory.
+    let member = |bytes: &[u8]| {
+        use std::io::Write;
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        gz.write_all(bytes).unwrap();
+        gz.finish().unwrap()
+    };
+    let mut huge = member(format!("{H}0,1,allocate,0x10,").as_bytes());
+    let digits = member(&vec![b'9'; 1 << 20]);
+    for _ in 0..1024 {
+        huge.extend_from_slice(&digits);
+    }
+    let path = d.path().join("huge.csv.gz");
+    std::fs::write(&path, &huge).unwrap();
+    refuses(
+        &["replay", "--simulate", path.to_str().unwrap()],
+        &[],
+        "huge: line 2: line longer than 64 KiB (an RMM log row is about 60 bytes): is this an RMM log?",
+    );
 }
 
 #[test]
