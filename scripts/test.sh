@@ -2,7 +2,8 @@
 # Runs every test of the workspace, installing first what the tests need and
 # the machine lacks: a Vulkan driver (Mesa lavapipe) for the real-device tests,
 # the wasm32 target, a wasm-bindgen-cli matching Cargo.lock (via `cargo xtask
-# build`), Chromium and its driver, and playwright-core (npm) for the page.
+# build`), Chromium and its driver, playwright-core (npm) for the page, and
+# cargo-fuzz for the bounded fuzzing run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,6 +33,8 @@ export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$(mktemp -d)}"
 
 cargo test --workspace
 cargo build -p vrampool --target wasm32-unknown-unknown
+# Fuzz the trace reader and the engine for a bounded time (FUZZ_SECONDS each).
+bash scripts/fuzz.sh
 
 # The page: build it (installs wasm-bindgen-cli on first use), run the core's
 # async paths in the browser (wasm-bindgen-test), then the end-to-end test.
