@@ -209,7 +209,7 @@ fn a_million_operations_through_a_pool_on_a_real_device() {
         peak_per_tenth: peaks,
         final_stats: pool.stats(),
     };
-    assert_bounded(&c, cap, "pool on lavapipe");
+    assert_bounded(&c, cap, "pool on a real device");
     pool.check_invariants().unwrap();
     // Destroyed segments are freed by wgpu once the device is polled.
     let _ = pool.device().poll(wgpu::PollType::wait_indefinitely());
