@@ -42,6 +42,16 @@ pub fn device_with_budget(percent: Option<u8>) -> (wgpu::Device, wgpu::Queue, wg
     (device, queue, info)
 }
 
+/// A pool with `config` on a fresh [`device`].
+pub fn pool_with(config: vrampool::Config) -> vrampool::Pool {
+    let (device, queue, _) = device();
+    let options = vrampool::PoolOptions {
+        config,
+        ..Default::default()
+    };
+    vrampool::Pool::new(device, queue, options).expect("a pool on the test device")
+}
+
 /// Path to a trace in `../shared/traces`.
 pub fn trace_path(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -4,21 +4,8 @@
 //! survives.
 
 use vrampool::{AllocDesc, Config, Error, Limit, Pool, PoolBuffer, PoolOptions};
-use vrampool_tests::{Range, Rng, Tagger, device};
+use vrampool_tests::{Range, Rng, Tagger, device, pool_with};
 use wgpu::BufferUsages as U;
-
-fn pool_with(config: Config) -> Pool {
-    let (device, queue, _) = device();
-    Pool::new(
-        device,
-        queue,
-        PoolOptions {
-            config,
-            ..Default::default()
-        },
-    )
-    .unwrap()
-}
 
 fn pool() -> Pool {
     pool_with(Config::default())

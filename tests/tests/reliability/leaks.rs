@@ -58,54 +58,65 @@ fn a_pool_dropped_with_live_blocks_reports_them_by_label() {
     assert_eq!(logged(|| drop(clean)), "");
 }
 
-/// One churn step: alloc or free a random block, keeping live bytes near `live_cap`.
-fn churn(rng: &mut Rng, live: &mut Vec<(u64, u64)>, live_bytes: &mut u64, live_cap: u64) -> Op {
-    if *live_bytes < live_cap && (live.is_empty() || rng.below(2) == 0) {
-        let size = match rng.below(100) {
-            0..=79 => 1 + rng.below(64 << 10),
-            80..=97 => (64 << 10) + rng.below(2 << 20),
-            _ => (2 << 20) + rng.below(30 << 20),
-        };
-        Op::Alloc(size)
-    } else {
-        let i = rng.below(live.len() as u64) as usize;
-        let (id, size) = live.swap_remove(i);
-        *live_bytes -= size;
-        Op::Free(id)
+/// What a churn runs against: the engine or a pool.
+trait Target {
+    type Handle;
+    fn alloc(&mut self, size: u64) -> Self::Handle;
+    fn free(&mut self, h: Self::Handle);
+    /// Checks what must hold after every operation; returns reserved bytes.
+    fn after(&mut self, op: u64) -> u64;
+}
+
+/// Runs `ops` random allocations and frees (1 B–32 MiB, live bytes kept near
+/// `live_cap`) against `target`; returns the highest reserved in each tenth.
+fn churn<T: Target>(target: &mut T, ops: u64, live_cap: u64, seed: u64) -> Vec<u64> {
+    let mut rng = Rng(seed);
+    let (mut live, mut live_bytes) = (Vec::new(), 0u64);
+    let (mut peaks, mut tenth_peak) = (Vec::new(), 0u64);
+    for op in 1..=ops {
+        if live_bytes < live_cap && (live.is_empty() || rng.below(2) == 0) {
+            let size = match rng.below(100) {
+                0..=79 => 1 + rng.below(64 << 10),
+                80..=97 => (64 << 10) + rng.below(2 << 20),
+                _ => (2 << 20) + rng.below(30 << 20),
+            };
+            live.push((target.alloc(size), size));
+            live_bytes += size;
+        } else {
+            let (h, size) = live.swap_remove(rng.below(live.len() as u64) as usize);
+            live_bytes -= size;
+            target.free(h);
+        }
+        tenth_peak = tenth_peak.max(target.after(op));
+        if op % (ops / 10) == 0 {
+            peaks.push(tenth_peak);
+            tenth_peak = 0;
+        }
     }
+    for (h, _) in live {
+        target.free(h);
+    }
+    peaks
 }
 
-enum Op {
-    Alloc(u64),
-    Free(u64),
-}
-
-/// The figures of a churn: reserved at the end of each tenth of the run, and
-/// the highest reserved in each tenth.
+/// The figures of a churn: the highest reserved in each tenth of the run, and
+/// the stats at its end (every block freed; peaks are the run's).
 struct Churn {
     peak_per_tenth: Vec<u64>,
     final_stats: Stats,
 }
 
-fn engine_churn(config: Config, ops: u64, live_cap: u64) -> Churn {
-    let mut engine = Engine::new(SimulatedDevice::new(64 << 30), config).unwrap();
-    let mut rng = Rng(0xc4u64 << 32 | 0x0123);
-    let (mut live, mut live_bytes) = (Vec::new(), 0u64);
-    let mut ids = std::collections::HashMap::new();
-    let (mut peaks, mut tenth_peak) = (Vec::new(), 0u64);
-    for op in 1..=ops {
-        match churn(&mut rng, &mut live, &mut live_bytes, live_cap) {
-            Op::Alloc(size) => {
-                let a = engine.allocate(Request::new(size, 1)).unwrap();
-                ids.insert(op, a.id);
-                live.push((op, size));
-                live_bytes += size;
-            }
-            Op::Free(k) => engine.free(ids.remove(&k).unwrap()).unwrap(),
-        }
-        let s = engine.stats();
-        tenth_peak = tenth_peak.max(s.total.reserved_bytes.current);
-        if let Some(cl) = engine.config().cache_limit {
+impl Target for Engine<SimulatedDevice> {
+    type Handle = vrampool::BlockId;
+    fn alloc(&mut self, size: u64) -> Self::Handle {
+        self.allocate(Request::new(size, 1)).unwrap().id
+    }
+    fn free(&mut self, h: Self::Handle) {
+        Engine::free(self, h).unwrap();
+    }
+    fn after(&mut self, op: u64) -> u64 {
+        let s = self.stats();
+        if let Some(cl) = self.config().cache_limit {
             // The cache limit's promise: fully-free (releasable) bytes never above it.
             assert!(
                 s.releasable_bytes <= cl,
@@ -113,14 +124,16 @@ fn engine_churn(config: Config, ops: u64, live_cap: u64) -> Churn {
                 s.releasable_bytes
             );
         }
-        if op % (ops / 10) == 0 {
-            peaks.push(tenth_peak);
-            tenth_peak = 0;
-        }
+        s.total.reserved_bytes.current
     }
+}
+
+fn engine_churn(config: Config, ops: u64, live_cap: u64) -> Churn {
+    let mut engine = Engine::new(SimulatedDevice::new(64 << 30), config).unwrap();
+    let peak_per_tenth = churn(&mut engine, ops, live_cap, 0xc4u64 << 32 | 0x0123);
     engine.check_invariants().unwrap();
     Churn {
-        peak_per_tenth: peaks,
+        peak_per_tenth,
         final_stats: engine.stats(),
     }
 }
@@ -184,29 +197,22 @@ fn a_million_operations_through_a_pool_on_a_real_device() {
     let baseline = pool
         .allocator_report()
         .expect("Vulkan has an allocator report");
-    let mut rng = Rng(0x9001);
-    let (mut live, mut live_bytes) = (Vec::new(), 0u64);
-    let mut held = std::collections::HashMap::new();
-    let (mut peaks, mut tenth_peak) = (Vec::new(), 0u64);
-    for op in 1..=ops {
-        match churn(&mut rng, &mut live, &mut live_bytes, cap) {
-            Op::Alloc(size) => {
-                held.insert(op, pool.alloc(AllocDesc::storage(size)).unwrap());
-                live.push((op, size));
-                live_bytes += size;
-            }
-            Op::Free(k) => drop(held.remove(&k)),
+    struct OnPool<'a>(&'a vrampool::Pool);
+    impl Target for OnPool<'_> {
+        type Handle = vrampool::PoolBuffer;
+        fn alloc(&mut self, size: u64) -> Self::Handle {
+            self.0.alloc(AllocDesc::storage(size)).unwrap()
         }
-        if op % 64 == 0 {
-            tenth_peak = tenth_peak.max(pool.stats().total.reserved_bytes.current);
+        fn free(&mut self, h: Self::Handle) {
+            drop(h);
         }
-        if op % (ops / 10) == 0 {
-            peaks.push(tenth_peak);
-            tenth_peak = 0;
+        fn after(&mut self, _op: u64) -> u64 {
+            self.0.stats().total.reserved_bytes.current
         }
     }
+    let peak_per_tenth = churn(&mut OnPool(&pool), ops, cap, 0x9001);
     let c = Churn {
-        peak_per_tenth: peaks,
+        peak_per_tenth,
         final_stats: pool.stats(),
     };
     assert_bounded(&c, cap, "pool on a real device");
@@ -230,7 +236,7 @@ fn a_million_operations_through_a_pool_on_a_real_device() {
         wgpu_bytes >= reserved && wgpu_bytes <= reserved + segments * (64 << 10),
         "wgpu holds {wgpu_bytes} bytes for {reserved} reserved"
     );
-    drop(held);
+    assert_eq!(c.final_stats.total.allocated_bytes.current, 0);
     pool.empty_cache();
     assert_eq!(pool.stats().total.reserved_bytes.current, 0);
 }

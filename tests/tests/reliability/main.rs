@@ -11,21 +11,7 @@ mod integrity;
 mod leaks;
 mod oom;
 
-use vrampool::{Config, Pool, PoolOptions};
-
-/// A pool with `config` on a fresh lavapipe device.
-fn pool_with(config: Config) -> Pool {
-    let (device, queue, _) = vrampool_tests::device();
-    Pool::new(
-        device,
-        queue,
-        PoolOptions {
-            config,
-            ..Default::default()
-        },
-    )
-    .unwrap()
-}
+use vrampool_tests::pool_with;
 
 /// Reads a count from the environment (to run longer on a real GPU), else `default`.
 fn env_count(name: &str, default: u64) -> u64 {
