@@ -324,53 +324,6 @@ fn stats_snapshot_and_leak_report_on_a_real_device() {
 }
 
 #[test]
-fn many_threads_share_one_pool() {
-    let pool = pool();
-    let threads = 4;
-    let ops = 1500;
-    let allocs = std::sync::atomic::AtomicU64::new(0);
-    std::thread::scope(|s| {
-        for t in 0..threads {
-            let (pool, allocs) = (&pool, &allocs);
-            s.spawn(move || {
-                let mut rng = Rng(0x1234_5678 + t);
-                let mut live: Vec<PoolBuffer> = Vec::new();
-                for _ in 0..ops {
-                    match rng.below(100) {
-                        0 => {
-                            pool.empty_cache();
-                        }
-                        1..=3 => {
-                            let s = pool.stats();
-                            assert!(
-                                s.total.reserved_bytes.current >= s.total.allocated_bytes.current
-                            );
-                        }
-                        4..=55 => {
-                            let size = 4 + (rng.below(2 << 20) & !3);
-                            live.push(pool.alloc(AllocDesc::storage(size)).unwrap());
-                            allocs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        }
-                        _ => {
-                            if !live.is_empty() {
-                                live.swap_remove(rng.below(live.len() as u64) as usize);
-                            }
-                        }
-                    }
-                }
-            });
-        }
-    });
-    pool.check_invariants().unwrap();
-    let s = pool.stats();
-    assert_eq!(s.counters.allocs, allocs.into_inner());
-    assert_eq!(s.counters.frees, s.counters.allocs, "every block came back");
-    assert_eq!(s.total.allocated_bytes.current, 0);
-    pool.empty_cache();
-    assert_eq!(pool.stats().total.reserved_bytes.current, 0);
-}
-
-#[test]
 fn runs_on_a_real_vulkan_adapter() {
     let (device, _, info) = device();
     println!(
