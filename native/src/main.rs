@@ -2,6 +2,15 @@
 //! allocation traces under every policy, measures against raw wgpu and trains
 //! a small MLP whose tensors all come from the pool.
 
+/// `println!` that returns a failed write as an error instead of panicking:
+/// `vrampool … | head` closes stdout early, and that is not a crash.
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout(), $($arg)*)?
+    }};
+}
+
 mod bench;
 mod device;
 mod policy;
@@ -161,6 +170,15 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => code,
+        // The reader went away (`| head`): stop quietly, as Unix tools do.
+        Err(e)
+            if e.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>()
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            }) =>
+        {
+            ExitCode::SUCCESS
+        }
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
@@ -198,41 +216,43 @@ fn info(c: &Common) -> Result<ExitCode> {
     }
     let all = device::info()?;
     if c.json {
-        println!("{}", serde_json::to_string_pretty(&all)?);
+        outln!("{}", serde_json::to_string_pretty(&all)?);
         return Ok(ExitCode::SUCCESS);
     }
     for a in all {
-        println!("[{}] {} — {} {}", a.index, a.name, a.backend, a.device_type);
-        println!(
+        outln!("[{}] {} — {} {}", a.index, a.name, a.backend, a.device_type);
+        outln!(
             "    driver                     {} {}",
-            a.driver, a.driver_info
+            a.driver,
+            a.driver_info
         );
-        println!(
+        outln!(
             "    max_buffer_size            {} ({})",
             a.max_buffer_size,
             fmt_bytes(a.max_buffer_size)
         );
-        println!(
+        outln!(
             "    max storage binding        {} ({})",
             a.max_storage_buffer_binding_size,
             fmt_bytes(a.max_storage_buffer_binding_size)
         );
-        println!(
+        outln!(
             "    max uniform binding        {} ({})",
             a.max_uniform_buffer_binding_size,
             fmt_bytes(a.max_uniform_buffer_binding_size)
         );
-        println!(
+        outln!(
             "    offset alignment           storage {} B, uniform {} B",
-            a.min_storage_buffer_offset_alignment, a.min_uniform_buffer_offset_alignment
+            a.min_storage_buffer_offset_alignment,
+            a.min_uniform_buffer_offset_alignment
         );
         match a.allocator_report {
-            Some((alloc, res, blocks)) => println!(
+            Some((alloc, res, blocks)) => outln!(
                 "    allocator report           {} allocated, {} reserved in {blocks} memory blocks (one 1 MiB probe buffer live)",
                 fmt_bytes(alloc),
                 fmt_bytes(res)
             ),
-            None => println!("    allocator report           not given by this backend"),
+            None => outln!("    allocator report           not given by this backend"),
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -510,14 +530,15 @@ fn replay_cmd(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
             };
             any_oom |= outcome.report.ooms > 0;
             if c.summary && !c.json {
-                pb.suspend(|| {
-                    println!("memory_summary of {} under {}:", t.name, kind.name());
+                pb.suspend(|| -> Result<()> {
+                    outln!("memory_summary of {} under {}:", t.name, kind.name());
                     if outcome.summary.is_empty() {
-                        println!("  ({} keeps no per-pool stats)\n", kind.name());
+                        outln!("  ({} keeps no per-pool stats)\n", kind.name());
                     } else {
-                        println!("{}", outcome.summary);
+                        outln!("{}", outcome.summary);
                     }
-                });
+                    Ok(())
+                })?;
             }
             if let Some(path) = &c.timeline {
                 let file = timeline_path(path, &t.name, kind.name(), runs > 1);
@@ -533,7 +554,7 @@ fn replay_cmd(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
         }
     }
     pb.finish_and_clear();
-    print_replay(&rows, c, a.min_budget, &target);
+    print_replay(&rows, c, a.min_budget, &target)?;
     Ok(if any_oom && budget.is_some() {
         ExitCode::from(2)
     } else {
@@ -586,7 +607,7 @@ fn timeline_path(path: &Path, trace: &str, policy: &str, many: bool) -> PathBuf 
     path.with_file_name(format!("{stem}-{trace}-{policy}.svg"))
 }
 
-fn print_replay(rows: &[Row], c: &Common, min: bool, target: &Target) {
+fn print_replay(rows: &[Row], c: &Common, min: bool, target: &Target) -> Result<()> {
     if c.json {
         let out: Vec<_> = rows
             .iter()
@@ -604,13 +625,13 @@ fn print_replay(rows: &[Row], c: &Common, min: bool, target: &Target) {
                 })
             })
             .collect();
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&out).expect("serialises")
         );
-        return;
+        return Ok(());
     }
-    println!(
+    outln!(
         "{:<14} {:<10} {:>10} {:>10} {:>10} {:>6} {:>9} {:>8} {:>8} {:>5} {:>8} {:>10} {:>8}",
         "trace",
         "policy",
@@ -628,7 +649,7 @@ fn print_replay(rows: &[Row], c: &Common, min: bool, target: &Target) {
     );
     for (trace, kind, limit, o, m, _) in rows {
         let r = &o.report;
-        println!(
+        outln!(
             "{:<14} {:<10} {:>10} {:>10} {:>10} {:>6.3} {:>9} {:>8} {:>7.1}% {:>5} {:>8.0} {:>10} {:>8}",
             trace,
             kind.name(),
@@ -651,7 +672,7 @@ fn print_replay(rows: &[Row], c: &Common, min: bool, target: &Target) {
     }
     for (trace, kind, _, o, _, view) in rows {
         if let Some((pool, alloc, res)) = view.allocator_at_peak {
-            println!(
+            outln!(
                 "{trace} {}: at the pool's peak it reserved {}; wgpu's allocator report then: {} allocated in {} of device memory blocks",
                 kind.name(),
                 fmt_bytes(pool),
@@ -660,7 +681,7 @@ fn print_replay(rows: &[Row], c: &Common, min: bool, target: &Target) {
             );
         }
         if let Some((_, alloc, res)) = view.allocator_after_empty_cache {
-            println!(
+            outln!(
                 "{trace} {}: empty_cache gave back {}; wgpu's allocator report after: {} allocated, {} reserved",
                 kind.name(),
                 fmt_bytes(o.released_at_end),
@@ -670,7 +691,7 @@ fn print_replay(rows: &[Row], c: &Common, min: bool, target: &Target) {
         }
         if let Some([before, high, after, empty]) = view.nvidia_smi {
             let f = |x: Option<u64>| x.map_or("?".into(), fmt_bytes);
-            println!(
+            outln!(
                 "{trace} {}: nvidia-smi used: before {}, highest seen {}, after the replay with the cache held {}, after empty_cache {}",
                 kind.name(),
                 f(before),
@@ -680,6 +701,7 @@ fn print_replay(rows: &[Row], c: &Common, min: bool, target: &Target) {
             );
         }
     }
+    Ok(())
 }
 
 fn bench_cmd(a: &BenchArgs, c: &Common) -> Result<ExitCode> {
@@ -707,14 +729,14 @@ fn bench_cmd(a: &BenchArgs, c: &Common) -> Result<ExitCode> {
     let rows = bench::run(gpu, &sizes, Duration::from_millis(a.time_ms), &pb)?;
     pb.finish_and_clear();
     if c.json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&json!({"device": target.name(), "rows": rows}))?
         );
         return Ok(ExitCode::SUCCESS);
     }
-    println!("on {}", target.name());
-    println!(
+    outln!("on {}", target.name());
+    outln!(
         "{:>10} {:>18} {:>12} {:>12} {:>8} | {:>5} {:>12} {:>12} {:>8} | {:>12}",
         "size",
         "raw create+destroy",
@@ -730,7 +752,7 @@ fn bench_cmd(a: &BenchArgs, c: &Common) -> Result<ExitCode> {
     let t = |x: Option<f64>| x.map_or("-".into(), fmt_ns);
     for r in rows {
         let x = |v: Option<f64>| v.map_or("-".into(), |x| format!("{x:.0}x"));
-        println!(
+        outln!(
             "{:>10} {:>18} {:>12} {:>12} {:>8} | {:>5} {:>12} {:>12} {:>8} | {:>12.1}",
             fmt_bytes(r.size),
             t(r.raw_ns),

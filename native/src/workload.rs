@@ -70,7 +70,7 @@ pub fn command(a: &WorkloadArgs, c: &Common) -> Result<ExitCode> {
         };
         let s = dry_run(&MlpConfig { batch: b, ..cfg }, budget, 2)?;
         if !c.json {
-            println!(
+            outln!(
                 "dry run on the simulated device: the largest batch within {} is {b} (peak reserved {})",
                 fmt_bytes(budget),
                 fmt_bytes(s.total.reserved_bytes.peak)
@@ -84,14 +84,14 @@ pub fn command(a: &WorkloadArgs, c: &Common) -> Result<ExitCode> {
         // The simulated device runs no shaders: report the dry run alone.
         let s = dry_run(&cfg, a.budget.unwrap_or(u64::MAX / 4), a.steps)?;
         if c.json {
-            println!(
+            outln!(
                 "{}",
                 serde_json::to_string_pretty(
                     &json!({"device": target.name(), "config": cfg, "found_batch": found.map(|f| f.0), "stats": s})
                 )?
             );
         } else {
-            println!(
+            outln!(
                 "simulated: {} steps of batch {} would reserve at most {} ({} device allocations, {} cache hits)",
                 a.steps,
                 cfg.batch,
@@ -100,7 +100,7 @@ pub fn command(a: &WorkloadArgs, c: &Common) -> Result<ExitCode> {
                 s.counters.cache_hits
             );
             if c.summary {
-                println!("{}", s.summary());
+                outln!("{}", s.summary());
             }
         }
         return Ok(ExitCode::SUCCESS);
@@ -176,7 +176,7 @@ pub fn command(a: &WorkloadArgs, c: &Common) -> Result<ExitCode> {
         )?;
     }
     if c.json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&json!({
                 "device": target.name(),
@@ -194,7 +194,7 @@ pub fn command(a: &WorkloadArgs, c: &Common) -> Result<ExitCode> {
             }))?
         );
     } else {
-        println!(
+        outln!(
             "on {}: {} steps, batch {}, hidden {}, weights {:?}",
             target.name(),
             a.steps,
@@ -202,7 +202,7 @@ pub fn command(a: &WorkloadArgs, c: &Common) -> Result<ExitCode> {
             cfg.hidden,
             cfg.dtype
         );
-        println!(
+        outln!(
             "loss {first:.4} -> {last:.4} ({})",
             losses
                 .iter()
@@ -210,13 +210,13 @@ pub fn command(a: &WorkloadArgs, c: &Common) -> Result<ExitCode> {
                 .collect::<Vec<_>>()
                 .join(", ")
         );
-        println!(
+        outln!(
             "weights {} ({} as f32: {} saved)",
             fmt_bytes(cfg.weight_bytes()),
             fmt_bytes(cfg.f32_weight_bytes()),
             fmt_bytes(saved)
         );
-        println!(
+        outln!(
             "pool: peak allocated {}, peak reserved {}, {} device allocations, {} of {} requests from the cache, {} OOMs",
             fmt_bytes(stats.total.allocated_bytes.peak),
             fmt_bytes(peak_reserved),
@@ -226,7 +226,7 @@ pub fn command(a: &WorkloadArgs, c: &Common) -> Result<ExitCode> {
             stats.counters.ooms
         );
         if let Some((b, peak)) = found {
-            println!(
+            outln!(
                 "found batch {b}: the dry run reserved {}, the GPU run {} (budget {})",
                 fmt_bytes(peak),
                 fmt_bytes(peak_reserved),
@@ -234,7 +234,7 @@ pub fn command(a: &WorkloadArgs, c: &Common) -> Result<ExitCode> {
             );
         }
         if c.summary {
-            println!("{summary}");
+            outln!("{summary}");
         }
     }
     if last.partial_cmp(&first) != Some(std::cmp::Ordering::Less) {

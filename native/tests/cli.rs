@@ -388,3 +388,28 @@ fn bad_requests_are_refused() {
         "no GPU adapter found",
     );
 }
+
+#[test]
+fn a_reader_that_goes_away_is_not_a_crash() {
+    // `vrampool … | head`: stdout closes before the output is written.
+    for args in [
+        &["info"][..],
+        &["replay", "--simulate", "--summary"][..],
+        &["bench", "--simulate", "--sizes", "4096"][..],
+    ] {
+        let mut cmd = std::process::Command::new(assert_cmd::cargo::cargo_bin("vrampool"));
+        cmd.args(args)
+            .env("XDG_RUNTIME_DIR", std::env::temp_dir())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        if args[0] == "replay" {
+            cmd.arg(trace("resnet_train"));
+        }
+        let mut child = cmd.spawn().expect("runs");
+        drop(child.stdout.take());
+        let out = child.wait_with_output().expect("exits");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert!(out.status.success(), "{args:?}: {:?} {err}", out.status);
+    }
+}
