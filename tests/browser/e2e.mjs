@@ -195,7 +195,33 @@ try {
   // The OOM above is the only error the page reported; nothing reached the console.
   assert.deepEqual(errors, [], 'no errors in the console');
 
-  // 8. A browser without WebGPU: the page says so and runs on the simulated device.
+  // 8. Device loss: destroy the WebGPU device under the pool. The loss is
+  // reported, every allocation is refused with DeviceLost, figures and frees
+  // keep working, and a new device brings a working pool.
+  // (The trainer's tensors stay allocated while it is paused.)
+  await page.click('#btn-free-all');
+  const base = await num('#stat-allocated');
+  await page.click('#btn-alloc');
+  await waitFor('16 MiB more live', async () => (await num('#stat-allocated')) === base + 16 * 2 ** 20);
+  await page.click('#btn-destroy-device');
+  await waitFor('the loss to be reported', async () => (await page.locator('#device-lost').getAttribute('data-lost')) === 'true');
+  const lost = (await page.locator('#device-lost').textContent()).trim();
+  assert.match(lost, /destroyed/);
+  await page.click('#btn-alloc');
+  await waitFor('the allocation to be refused', async () => /device lost/i.test(await page.locator('#error').textContent()));
+  const refused = await page.locator('#error').textContent();
+  assert.equal(await num('#stat-allocated'), base + 16 * 2 ** 20, 'nothing allocated on the lost device');
+  await page.click('#btn-free-all');
+  await waitFor('frees to keep working', async () => (await num('#stat-allocated')) === base);
+  await page.click('#btn-new-device');
+  await waitFor('a new device', async () => (await page.locator('#device-lost').getAttribute('data-lost')) === 'false');
+  await page.click('#btn-alloc');
+  await waitFor('allocation on the new device', async () => (await num('#stat-allocated')) === 16 * 2 ** 20);
+  assert.equal(await page.locator('#backend').getAttribute('data-kind'), 'webgpu');
+  step(`device loss: ${lost} Then: ${refused} A new device allocates again.`);
+  assert.deepEqual(errors, [], 'no errors in the console after the device loss');
+
+  // 9. A browser without WebGPU: the page says so and runs on the simulated device.
   const plain = await chromium.launch({
     executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
     headless: true,

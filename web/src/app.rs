@@ -35,6 +35,8 @@ struct Frame {
     result: Option<ReplayResult>,
     released: Option<u64>,
     train: TrainView,
+    /// Why the WebGPU device was lost, once it was.
+    lost: Option<String>,
 }
 
 #[derive(Clone, Default, PartialEq)]
@@ -103,6 +105,7 @@ fn frame(m: &Model, stats: Stats, t: &Training) -> Frame {
         result: m.replay_result,
         released: None,
         train: t.view.clone(),
+        lost: m.lost.clone(),
     }
 }
 
@@ -363,7 +366,7 @@ pub fn App() -> impl IntoView {
                                     ok += 1;
                                 }
                                 Err(e) => {
-                                    m.say(format!("OOM: {e}"));
+                                    m.say(format!("refused: {e}"));
                                     error.set(Some(e.to_string()));
                                     break;
                                 }
@@ -451,6 +454,44 @@ pub fn App() -> impl IntoView {
                     }
                 }),
             }
+        }
+    };
+    // Device loss, on purpose: what the pool does when the browser loses the GPU.
+    let on_destroy = {
+        let w = with_model.clone();
+        move |_| {
+            w(&|m| match m.gpu_pool() {
+                Some(pool) => {
+                    pool.device().destroy();
+                    m.say("Device::destroy() called; the browser reports the loss shortly".into());
+                }
+                None => m.say("no WebGPU device to destroy (simulated device)".into()),
+            })
+        }
+    };
+    let on_new_device = {
+        let (model, busy, training) = (model.clone(), busy.clone(), training.clone());
+        move |_| {
+            if busy.replace(true) {
+                return;
+            }
+            error.set(None);
+            {
+                let mut t = training.borrow_mut();
+                t.running = false;
+                t.view.running = false;
+                t.trainer = None;
+            }
+            let (model, busy) = (model.clone(), busy.clone());
+            spawn_local(async move {
+                let m = match open_gpu().await {
+                    Ok(m) => m,
+                    Err(why) => Model::simulated(&why),
+                };
+                // The old pool, its blocks and its lost device go with the old model.
+                *model.borrow_mut() = Some(m);
+                busy.set(false);
+            });
         }
     };
     let on_oom = {
@@ -708,7 +749,14 @@ pub fn App() -> impl IntoView {
                     <button id="btn-apply" on:click=on_apply>"apply"</button>
                     <button id="btn-oom" on:click=on_oom>"induce OOM"</button>
                 </div>
+                <div class="row">
+                    <button id="btn-destroy-device" on:click=on_destroy>"destroy device"</button>
+                    <button id="btn-new-device" on:click=on_new_device>"new device"</button>
+                </div>
                 <p class="error" id="error">{move || error.get()}</p>
+                <p class="error" id="device-lost" data-lost=move || view_frame.with(|f| f.lost.is_some().to_string())>
+                    {move || view_frame.with(|f| f.lost.as_ref().map(|w| format!("Device lost: {w}. Allocations fail with DeviceLost until you press \"new device\".")))}
+                </p>
                 <h2>"Replay a trace"</h2>
                 <div class="row">
                     <select id="sample" prop:value=sample on:change=move |e| sample.set(event_target_value(&e))>

@@ -164,6 +164,8 @@ pub struct Model {
     pub replay_result: Option<ReplayResult>,
     /// Why the simulated device is in use (empty on WebGPU).
     pub note: String,
+    /// Why the WebGPU device was lost, once it was.
+    pub lost: Option<String>,
     /// Counters at the last sample, to log what the device did in between.
     last_counters: vrampool::Counters,
     /// Seed for "free random".
@@ -188,6 +190,7 @@ impl Model {
             replay: None,
             replay_result: None,
             note: String::new(),
+            lost: None,
             last_counters: vrampool::Counters::default(),
             rng: 0x9e37_79b9_7f4a_7c15,
         }
@@ -241,6 +244,16 @@ impl Model {
     /// Records a timeline point, and logs the segments the pool created or
     /// released since the last one, and any OOM. Returns the stats it read.
     pub fn sample(&mut self, t: f64) -> Stats {
+        if self.lost.is_none()
+            && let Device::Gpu(pool) = &self.device
+            && let Some(why) = pool.device_lost()
+        {
+            let why = why.to_string();
+            self.say(format!(
+                "device lost: {why}. Every allocation now fails with DeviceLost; frees and figures still work. Press \"new device\" to start over"
+            ));
+            self.lost = Some(why);
+        }
         let s = self.stats();
         let (now, was) = (s.counters, self.last_counters);
         if now.device_allocs < was.device_allocs || now.allocs < was.allocs {
