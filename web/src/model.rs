@@ -694,6 +694,53 @@ mod tests {
         assert_eq!(m.points.len(), 4);
     }
 
+    /// A pool on the machine's Vulkan adapter (lavapipe in CI), as the page
+    /// holds one on the browser's WebGPU device.
+    #[cfg(not(target_arch = "wasm32"))]
+    fn native_gpu_model() -> (Model, wgpu::Device) {
+        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
+            backends: wgpu::Backends::VULKAN,
+            ..wgpu::InstanceDescriptor::new_without_display_handle()
+        });
+        let adapter = pollster::block_on(instance.request_adapter(&Default::default()))
+            .expect("a Vulkan adapter (apt-get install mesa-vulkan-drivers)");
+        let (device, queue) =
+            pollster::block_on(adapter.request_device(&Default::default())).unwrap();
+        let pool = vrampool::Pool::new(device.clone(), queue, Default::default()).unwrap();
+        let max = device.limits().max_buffer_size;
+        (
+            Model::new(Device::Gpu(Rc::new(pool)), "Vulkan".into(), max),
+            device,
+        )
+    }
+
+    #[cfg(not(target_arch = "wasm32"))]
+    #[test]
+    fn a_lost_device_is_logged_once_and_shown() {
+        let (mut m, device) = native_gpu_model();
+        let pool = m.gpu_pool().unwrap();
+        m.hold(
+            Handle::Gpu(pool.alloc(vrampool::AllocDesc::storage(1 << 20)).unwrap()),
+            1 << 20,
+        );
+        m.sample(0.0);
+        assert!(m.lost.is_none());
+        device.destroy();
+        let _ = device.poll(wgpu::PollType::Poll);
+        m.sample(0.1);
+        m.sample(0.2);
+        assert!(m.lost.as_deref().unwrap().contains("destroyed"));
+        let said: Vec<_> = m
+            .log
+            .iter()
+            .filter(|l| l.starts_with("device lost"))
+            .collect();
+        assert_eq!(said.len(), 1, "{:?}", m.log);
+        // Frees and figures keep working.
+        assert_eq!(m.free_all(), 1);
+        assert_eq!(m.stats().total.allocated_bytes.current, 0);
+    }
+
     #[test]
     fn segment_map_marks_live_cached_and_free() {
         let mut m = Model::simulated("test");
