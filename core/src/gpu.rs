@@ -83,7 +83,11 @@ impl WgpuBackend {
     ///
     /// It takes the device's lost callback (wgpu keeps one per device) to learn
     /// of a loss: register yours through [`Pool::on_device_lost`], not
-    /// `Device::set_device_lost_callback`, which would replace it.
+    /// `Device::set_device_lost_callback`, which would replace it. Make one
+    /// pool per device and share it (it is `Send + Sync`): a second backend or
+    /// pool on the same device takes the callback over. (wgpu offers no
+    /// device identity that holds across instances, so the pools of one
+    /// device cannot safely find each other to share it.)
     pub fn new(device: &wgpu::Device, capacity: Option<u64>) -> Self {
         let lost = Arc::<LostState>::default();
         let state = Arc::clone(&lost);

@@ -103,3 +103,20 @@ fn once_the_device_is_polled_even_a_cache_hit_fails() {
     assert_eq!(pool.stats(), before);
     assert_eq!(before.counters.cache_hits, pool.stats().counters.cache_hits);
 }
+
+#[test]
+fn the_newest_pool_on_a_device_holds_its_lost_callback() {
+    // wgpu keeps one lost callback per device: the pool made last holds it
+    // (the documented rule: one pool per device, shared).
+    let (device, queue, _) = device();
+    let old = Pool::new(device.clone(), queue.clone(), PoolOptions::default()).unwrap();
+    let new = Pool::new(device.clone(), queue, PoolOptions::default()).unwrap();
+    device.destroy();
+    let _ = device.poll(wgpu::PollType::Poll);
+    lost(new.alloc(AllocDesc::storage(4096)));
+    assert!(new.device_lost().is_some());
+    assert!(
+        old.device_lost().is_none(),
+        "the older pool no longer hears of it"
+    );
+}
