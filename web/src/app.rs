@@ -55,6 +55,10 @@ struct Training {
     view: TrainView,
 }
 
+/// Said when a button that needs the GPU is pressed while a replay or a
+/// training step is awaiting it.
+const BUSY: &str = "busy: a replay or training step is using the GPU; press again in a moment";
+
 fn now_s() -> f64 {
     web_sys::window()
         .and_then(|w| w.performance())
@@ -351,6 +355,7 @@ pub fn App() -> impl IntoView {
                 }
                 Some(pool) => {
                     if busy.replace(true) {
+                        error.set(Some(BUSY.into()));
                         return;
                     }
                     let (model, busy) = (model.clone(), busy.clone());
@@ -473,6 +478,7 @@ pub fn App() -> impl IntoView {
         let (model, busy, training) = (model.clone(), busy.clone(), training.clone());
         move |_| {
             if busy.replace(true) {
+                error.set(Some(BUSY.into()));
                 return;
             }
             error.set(None);
