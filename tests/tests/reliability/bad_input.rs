@@ -250,7 +250,7 @@ fn freeing_a_block_twice_or_a_stranger_is_refused_by_the_engine() {
     // the other engine's id names a slot that is live here too.
     let engine = || Engine::new(SimulatedDevice::new(1 << 30), Config::default()).unwrap();
     let (mut ours, mut theirs) = (engine(), engine());
-    let mut two = |e: &mut Engine<SimulatedDevice>| {
+    let two = |e: &mut Engine<SimulatedDevice>| {
         let r = || vrampool::Request::new(4096, 1);
         (e.allocate(r()).unwrap(), e.allocate(r()).unwrap())
     };
