@@ -145,6 +145,8 @@ struct Pool {
     /// Free blocks by (class, size, index): best fit is the first at or above the request.
     free: BTreeSet<(u8, u64, u32)>,
     stats: PoolStats,
+    /// Has held a segment: pools only named by refused requests stay out of stats.
+    used: bool,
 }
 
 /// An observer called with the pool's state whenever a request fails for lack of memory.
@@ -354,6 +356,7 @@ impl<B: Backend> Engine<B> {
             name: name(),
             free: BTreeSet::new(),
             stats: PoolStats::default(),
+            used: false,
         });
         (self.pools.len() - 1) as u16
     }
@@ -656,6 +659,7 @@ impl<B: Backend> Engine<B> {
         size: u64,
     ) -> u32 {
         self.counters.device_allocs += 1;
+        self.pools[pool as usize].used = true;
         let address = self.next_address;
         self.next_address += round_up(size, 2 << 20);
         let seg_index = match self.vacant_segments.pop() {
@@ -1041,7 +1045,7 @@ impl<B: Backend> Engine<B> {
             pools: self
                 .pools
                 .iter()
-                .filter(|p| p.stats.allocations.peak > 0 || p.stats.segments.peak > 0)
+                .filter(|p| p.used)
                 .map(|p| PoolReport {
                     name: p.name.clone(),
                     usage: p.usage,
