@@ -31,7 +31,7 @@ pub struct WgpuBackend {
     device: wgpu::Device,
     max_buffer_size: u64,
     capacity: Option<u64>,
-    /// Set by the device's lost callback (see [`Pool::new`]).
+    /// Set by the device's lost callback (see [`WgpuBackend::new`]).
     lost: Arc<LostState>,
     /// When set, segment creation does not wait for the error scopes; their
     /// futures are left here for [`Pool::alloc_async`] to await.
@@ -445,6 +445,17 @@ impl Pool {
     /// Calls `f` with the reason when the device is lost (at once if it already
     /// is). The pool holds the device's one lost callback (see
     /// [`WgpuBackend::new`]); register here instead.
+    ///
+    /// ```no_run
+    /// # fn demo(pool: &vrampool::Pool) {
+    /// use vrampool::{AllocDesc, Error};
+    /// pool.on_device_lost(|why| eprintln!("GPU gone: {why}"));
+    /// match pool.alloc(AllocDesc::storage(1 << 20)) {
+    ///     Err(Error::DeviceLost(_)) => { /* make a new device and a new pool */ }
+    ///     _ => { /* a buffer, or another error */ }
+    /// }
+    /// # }
+    /// ```
     pub fn on_device_lost(&self, f: impl Fn(&str) + Send + Sync + 'static) {
         let mut observers = self
             .inner
