@@ -111,7 +111,7 @@ impl WgpuBackend {
 
     /// Why the device was lost, once its lost callback has run.
     fn lost(&self) -> Option<&str> {
-        self.lost.why.get().map(String::as_str)
+        self.lost.why()
     }
 }
 
@@ -128,13 +128,18 @@ struct LostState {
 type LostObserver = Box<dyn Fn(&str) + Send + Sync>;
 
 impl LostState {
+    /// Why the device was lost, once it was.
+    fn why(&self) -> Option<&str> {
+        self.why.get().map(String::as_str)
+    }
+
     fn lose(&self, why: String) {
         // Under the lock, so an observer registered meanwhile is called once.
         let observers = self.observers.lock().unwrap_or_else(|e| e.into_inner());
-        if self.why.get().is_some() {
-            return;
+        if self.why.set(why).is_err() {
+            return; // reported already
         }
-        let why = self.why.get_or_init(|| why);
+        let why = self.why().unwrap_or_default();
         for f in observers.iter() {
             f(why);
         }
@@ -439,7 +444,7 @@ impl Pool {
     /// allocation fails with [`Error::DeviceLost`]; frees, stats, snapshots and
     /// `empty_cache` keep working, and handles still live can be dropped.
     pub fn device_lost(&self) -> Option<&str> {
-        self.inner.lost.why.get().map(String::as_str)
+        self.inner.lost.why()
     }
 
     /// Calls `f` with the reason when the device is lost (at once if it already
@@ -463,7 +468,7 @@ impl Pool {
             .observers
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        if let Some(why) = self.inner.lost.why.get() {
+        if let Some(why) = self.inner.lost.why() {
             f(why);
         }
         observers.push(Box::new(f));

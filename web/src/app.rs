@@ -88,6 +88,15 @@ async fn open_gpu() -> Result<Model, String> {
     Ok(m)
 }
 
+/// A model on the browser's WebGPU device, or on the simulated one (saying why)
+/// where there is none.
+async fn open_model() -> Model {
+    match open_gpu().await {
+        Ok(m) => m,
+        Err(why) => Model::simulated(&why),
+    }
+}
+
 /// The segment map and the event log, redrawn less often than the figures.
 #[derive(Clone, Default, PartialEq)]
 struct MapView {
@@ -225,11 +234,7 @@ pub fn App() -> impl IntoView {
     {
         let model = model.clone();
         spawn_local(async move {
-            let m = match open_gpu().await {
-                Ok(m) => m,
-                Err(why) => Model::simulated(&why),
-            };
-            *model.borrow_mut() = Some(m);
+            *model.borrow_mut() = Some(open_model().await);
         });
     }
 
@@ -490,10 +495,7 @@ pub fn App() -> impl IntoView {
             }
             let (model, busy) = (model.clone(), busy.clone());
             spawn_local(async move {
-                let m = match open_gpu().await {
-                    Ok(m) => m,
-                    Err(why) => Model::simulated(&why),
-                };
+                let m = open_model().await;
                 // The old pool, its blocks and its lost device go with the old model.
                 *model.borrow_mut() = Some(m);
                 busy.set(false);
