@@ -34,6 +34,15 @@ pub trait Backend {
     fn create_segment(&mut self, desc: &SegmentDesc<'_>) -> Result<Self::Segment, DeviceError>;
     /// Gives a segment back to the device.
     fn destroy_segment(&mut self, segment: Self::Segment);
+    /// Gives back a segment that commands recorded but not yet submitted may
+    /// still use (it held blocks freed with
+    /// [`Engine::defer_free`](crate::Engine::defer_free)): the device must keep
+    /// it valid for them. wgpu drops its handle instead of destroying it, and
+    /// frees the memory once the last command using it has run. By default
+    /// the same as [`Backend::destroy_segment`].
+    fn abandon_segment(&mut self, segment: Self::Segment) {
+        self.destroy_segment(segment)
+    }
     /// Called after a batch of destroys, so the device can really free them (wgpu: poll).
     fn flush_releases(&mut self) {}
     /// The largest segment the device can create (wgpu: `max_buffer_size`).

@@ -2,7 +2,7 @@
 //! and the release policies. It knows nothing of wgpu; it drives a
 //! [`Backend`] that creates and destroys segments.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -26,8 +26,14 @@ pub struct Request {
     /// Usage bits; blocks only come from segments of the same usage.
     pub usage: u32,
     /// Each block gets a whole segment of its own and is never split: for
-    /// mappable staging buffers, whose map state is per buffer.
+    /// mappable staging buffers, whose map state is per buffer, and for blocks
+    /// that may be bound in any way (WebGPU validates usage per buffer).
     pub exclusive: bool,
+    /// Blocks share segments only with blocks of the same usage, exclusivity
+    /// and group. The wgpu binding keeps blocks bound only read-only and
+    /// blocks bound only read-write in different groups, since one pass may
+    /// not use one buffer both ways; 0 for everything else.
+    pub group: u8,
     /// A label shown in snapshots and leak reports.
     pub label: Option<Arc<str>>,
     /// If a new segment is needed, make it exactly the request's size (no
@@ -109,7 +115,19 @@ pub enum SegmentClass {
 enum BlockState {
     Free,
     Live,
+    /// Freed with [`Engine::defer_free`]: its owner is done, but commands
+    /// recorded and not yet submitted may still use it, so it is neither
+    /// reused nor coalesced until [`Engine::reclaim_deferred`].
+    Pending,
     Vacant,
+}
+
+/// A block freed with [`Engine::defer_free`], waiting for its mark.
+#[derive(Debug, Clone, Copy)]
+struct Deferred {
+    mark: u64,
+    block: u32,
+    generation: u32,
 }
 
 #[derive(Debug, Clone)]
@@ -129,6 +147,10 @@ struct Block {
 struct Segment<S> {
     payload: S,
     size: u64,
+    /// Bytes of its pending blocks (see [`Engine::defer_free`]).
+    pending: u64,
+    /// The label the device knows it by (`vrampool read-write segment 3`).
+    label: String,
     pool: u16,
     class: SegmentClass,
     first: u32,
@@ -141,6 +163,7 @@ struct Segment<S> {
 struct Pool {
     usage: u32,
     exclusive: bool,
+    group: u8,
     name: String,
     /// Free blocks by (class, size, index): best fit is the first at or above the request.
     free: BTreeSet<(u8, u64, u32)>,
@@ -192,6 +215,10 @@ pub struct Engine<B: Backend> {
     high_water: u64,
     /// The free-index key of medium blocks (see [`Engine::key`]), fixed by the config.
     medium_key: u8,
+    /// Blocks freed with [`Engine::defer_free`], oldest first.
+    deferred: VecDeque<Deferred>,
+    /// The mark the next deferred free gets (see [`Engine::defer_mark`]).
+    defer_mark: u64,
 }
 
 fn round_up(x: u64, to: u64) -> u64 {
@@ -250,6 +277,8 @@ impl<B: Backend> Engine<B> {
             has_preallocation: false,
             high_water: 0,
             medium_key,
+            deferred: VecDeque::new(),
+            defer_mark: 0,
         };
         e.limit = e.resolve_limit(e.config.limit)?;
         if let Growth::Preallocate(bytes) = e.config.growth {
@@ -342,17 +371,24 @@ impl<B: Backend> Engine<B> {
         self.lost = Some(why.into());
     }
 
-    fn pool_index(&mut self, usage: u32, exclusive: bool, name: impl FnOnce() -> String) -> u16 {
+    fn pool_index(
+        &mut self,
+        usage: u32,
+        exclusive: bool,
+        group: u8,
+        name: impl FnOnce() -> String,
+    ) -> u16 {
         if let Some(i) = self
             .pools
             .iter()
-            .position(|p| p.usage == usage && p.exclusive == exclusive)
+            .position(|p| p.usage == usage && p.exclusive == exclusive && p.group == group)
         {
             return i as u16;
         }
         self.pools.push(Pool {
             usage,
             exclusive,
+            group,
             name: name(),
             free: BTreeSet::new(),
             stats: PoolStats::default(),
@@ -361,9 +397,10 @@ impl<B: Backend> Engine<B> {
         (self.pools.len() - 1) as u16
     }
 
-    /// Names a pool (for summaries); creates it if needed.
-    pub fn name_pool(&mut self, usage: u32, exclusive: bool, name: &str) {
-        let i = self.pool_index(usage, exclusive, || name.to_string()) as usize;
+    /// Names the pool of requests with this usage, exclusivity and group (for
+    /// summaries and segment labels); creates it if needed.
+    pub fn name_pool(&mut self, usage: u32, exclusive: bool, group: u8, name: &str) {
+        let i = self.pool_index(usage, exclusive, group, || name.to_string()) as usize;
         self.pools[i].name = name.to_string();
     }
 
@@ -462,15 +499,20 @@ impl<B: Backend> Engine<B> {
                 requested: req.size,
                 max_buffer_size: self.max_segment,
             })?;
-        let pool = self.pool_index(req.usage, req.exclusive, || {
+        let pool = self.pool_index(req.usage, req.exclusive, req.group, || {
             format!(
-                "{}{:#x}",
+                "{}{:#x}{}",
                 if req.exclusive {
                     "exclusive "
                 } else {
                     "usage "
                 },
-                req.usage
+                req.usage,
+                if req.group == 0 {
+                    String::new()
+                } else {
+                    format!(" group {}", req.group)
+                }
             )
         });
         let class = self.class_of(rounded, req.exclusive);
@@ -586,7 +628,7 @@ impl<B: Backend> Engine<B> {
                 usage: self.pools[pool as usize].usage,
                 label: &label,
             }) {
-                Ok(payload) => return Ok(self.insert_segment(payload, pool, class, size)),
+                Ok(payload) => return Ok(self.insert_segment(payload, label, pool, class, size)),
                 // The device refused: first ask for just the request instead of a
                 // packed segment, then release the whole cache and ask once more.
                 Err(DeviceError::OutOfMemory) if size > rounded => size = rounded,
@@ -628,6 +670,7 @@ impl<B: Backend> Engine<B> {
             allocated: self.total.allocated_bytes.current,
             reserved: self.total.reserved_bytes.current,
             cached: self.total.cached_bytes.current,
+            pending: self.total.pending_bytes.current,
             limit: self.limit,
             device_refused,
         };
@@ -654,6 +697,7 @@ impl<B: Backend> Engine<B> {
     fn insert_segment(
         &mut self,
         payload: B::Segment,
+        label: String,
         pool: u16,
         class: SegmentClass,
         size: u64,
@@ -684,6 +728,8 @@ impl<B: Backend> Engine<B> {
         self.segments[seg_index as usize] = Some(Segment {
             payload,
             size,
+            pending: 0,
+            label,
             pool,
             class,
             first: b,
@@ -793,6 +839,19 @@ impl<B: Backend> Engine<B> {
         }
     }
 
+    /// The label the device knows a segment by (`vrampool read-write segment 3`).
+    pub fn segment_label(&self, seg: SegmentId) -> Option<&str> {
+        self.segments
+            .get(seg.0 as usize)?
+            .as_ref()
+            .map(|s| s.label.as_str())
+    }
+
+    /// Bytes of pending blocks (see [`Engine::defer_free`]).
+    pub fn pending_bytes(&self) -> u64 {
+        self.total.pending_bytes.current
+    }
+
     /// The segment payload (e.g. the `wgpu::Buffer`) of a segment.
     pub fn segment_payload(&self, seg: SegmentId) -> Option<&B::Segment> {
         self.segments
@@ -801,36 +860,133 @@ impl<B: Backend> Engine<B> {
             .map(|s| &s.payload)
     }
 
-    /// Returns a block to the cache, coalescing it with free neighbours.
+    /// Returns a block to the cache, coalescing it with free neighbours: the
+    /// next request may reuse its bytes at once.
     pub fn free(&mut self, id: BlockId) -> Result<()> {
+        let b = self.take_live(id)?;
+        self.make_free(b);
+        Ok(())
+    }
+
+    /// Returns a block whose bytes commands recorded but not yet submitted
+    /// may still use: it is *pending* — counted in `pending_bytes`, neither
+    /// reused nor coalesced — until [`Engine::reclaim_deferred`] is called
+    /// with a mark taken after this call. A segment holding only free and
+    /// pending blocks may still be released; the backend is then told to
+    /// [`abandon`](Backend::abandon_segment) it rather than destroy it.
+    ///
+    /// ```
+    /// use vrampool::{Config, Engine, Request, SimulatedDevice};
+    /// let mut e = Engine::new(SimulatedDevice::new(1 << 30), Config::default())?;
+    /// let a = e.allocate(Request::new(4096, 0))?;
+    /// e.defer_free(a.id)?;
+    /// let b = e.allocate(Request::new(4096, 0))?; // not a's bytes
+    /// assert_ne!(b.offset, a.offset);
+    /// assert_eq!(e.stats().total.pending_bytes.current, 4096);
+    /// let mark = e.defer_mark(); // ... the work using `a` is submitted ...
+    /// assert_eq!(e.reclaim_deferred(mark), 4096);
+    /// assert_eq!(e.stats().total.pending_bytes.current, 0);
+    /// # Ok::<(), vrampool::Error>(())
+    /// ```
+    pub fn defer_free(&mut self, id: BlockId) -> Result<()> {
+        let b = self.take_live(id)?;
+        let blk = &mut self.blocks[b as usize];
+        blk.state = BlockState::Pending;
+        let (seg, size, generation) = (blk.seg, blk.size, blk.generation);
+        let segment = self.segments[seg as usize].as_mut().unwrap();
+        segment.pending += size;
+        let pi = segment.pool as usize;
+        for st in [&mut self.total, &mut self.pools[pi].stats] {
+            st.pending_bytes.add(size);
+            st.pending_blocks.add(1);
+        }
+        self.deferred.push_back(Deferred {
+            mark: self.defer_mark,
+            block: b,
+            generation,
+        });
+        Ok(())
+    }
+
+    /// A mark covering every block deferred so far: pass it to
+    /// [`Engine::reclaim_deferred`] once the work recorded before those frees
+    /// has been submitted. Blocks deferred after this call wait for a later mark.
+    pub fn defer_mark(&mut self) -> u64 {
+        self.defer_mark += 1;
+        self.defer_mark - 1
+    }
+
+    /// Makes every block deferred up to `mark` free for reuse (coalescing it
+    /// with free neighbours); returns their bytes. Blocks whose segment was
+    /// released meanwhile are gone already.
+    pub fn reclaim_deferred(&mut self, mark: u64) -> u64 {
+        let mut bytes = 0;
+        while let Some(&d) = self.deferred.front() {
+            if d.mark > mark {
+                break;
+            }
+            self.deferred.pop_front();
+            let blk = &self.blocks[d.block as usize];
+            if blk.state != BlockState::Pending || blk.generation != d.generation {
+                continue; // released with its segment
+            }
+            let (seg, size) = (blk.seg, blk.size);
+            let segment = self.segments[seg as usize].as_mut().unwrap();
+            segment.pending -= size;
+            let pi = segment.pool as usize;
+            for st in [&mut self.total, &mut self.pools[pi].stats] {
+                st.pending_bytes.sub(size);
+                st.pending_blocks.sub(1);
+            }
+            self.make_free(d.block);
+            bytes += size;
+        }
+        bytes
+    }
+
+    /// Takes a live block from its owner: the figures of a free, the id made
+    /// stale. Returns the block's index, detached (neither live nor free yet).
+    fn take_live(&mut self, id: BlockId) -> Result<u32> {
         let blk = self.live_block(id)?;
         let (seg, size, requested) = (blk.seg, blk.size, blk.requested);
         let b = id.index;
-        let (pool, class, address) = {
+        let (pool, address) = {
             let s = self.segments[seg as usize].as_mut().unwrap();
             s.live -= 1;
             s.last_used = self.tick;
-            (s.pool, s.class, s.address + self.blocks[b as usize].offset)
+            (s.pool, s.address + self.blocks[b as usize].offset)
         };
-        let pi = pool as usize;
-        let cc = self.key(class);
         {
             let blk = &mut self.blocks[b as usize];
-            blk.state = BlockState::Free;
-            blk.label = None;
             blk.requested = 0;
             blk.generation = blk.generation.wrapping_add(1);
         }
-        for st in [&mut self.total, &mut self.pools[pi].stats] {
+        for st in [&mut self.total, &mut self.pools[pool as usize].stats] {
             st.allocated_bytes.sub(size);
             st.requested_bytes.sub(requested);
-            st.cached_bytes.add(size);
             st.allocations.sub(1);
-            st.free_blocks.add(1);
         }
         self.counters.frees += 1;
         if let Some(r) = &mut self.recorder {
             r.record(false, address, requested);
+        }
+        Ok(b)
+    }
+
+    /// Makes detached block `b` free: cached, coalesced with its free
+    /// neighbours, in the free index.
+    fn make_free(&mut self, b: u32) {
+        let (pi, cc) = {
+            let blk = &mut self.blocks[b as usize];
+            blk.state = BlockState::Free;
+            blk.label = None;
+            let s = self.segments[blk.seg as usize].as_ref().unwrap();
+            (s.pool as usize, self.key(s.class))
+        };
+        let size = self.blocks[b as usize].size;
+        for st in [&mut self.total, &mut self.pools[pi].stats] {
+            st.cached_bytes.add(size);
+            st.free_blocks.add(1);
         }
         // Coalesce with the next, then the previous neighbour.
         let mut cur = b;
@@ -846,7 +1002,6 @@ impl<B: Backend> Engine<B> {
         let sz = self.blocks[cur as usize].size;
         self.pools[pi].free.insert((cc, sz, cur));
         self.trim_cache();
-        Ok(())
     }
 
     /// Merges free block `b` (right neighbour of `a`) into `a`, taking both out
@@ -882,26 +1037,30 @@ impl<B: Backend> Engine<B> {
         }
     }
 
-    /// Releases fully-free, unpinned segments, least recently used first, until
-    /// at least `need` bytes are released (`u64::MAX`: all of them). Returns the
-    /// bytes released. (Largest-first and best-fit victim orders were measured
-    /// on the traces and hold more memory; see BENCHMARKS.md.)
+    /// Releases unpinned segments that hold no live block, least recently
+    /// used first, until at least `need` bytes are released (`u64::MAX`: all
+    /// of them). Segments holding pending blocks go last: the backend can only
+    /// abandon them. Returns the bytes released. (Largest-first and best-fit
+    /// victim orders were measured on the traces and hold more memory; see
+    /// BENCHMARKS.md.)
     fn release(&mut self, need: u64) -> u64 {
         if need == 0 {
             return 0;
         }
-        let mut candidates: Vec<(u64, u64, u32)> = self
+        let mut candidates: Vec<(bool, u64, u64, u32)> = self
             .segments
             .iter()
             .enumerate()
             .filter_map(|(i, s)| match s {
-                Some(s) if s.live == 0 && !s.pinned => Some((s.last_used, s.size, i as u32)),
+                Some(s) if s.live == 0 && !s.pinned => {
+                    Some((s.pending > 0, s.last_used, s.size, i as u32))
+                }
                 _ => None,
             })
             .collect();
         candidates.sort_unstable();
         let mut released = 0;
-        for (_, _, i) in candidates {
+        for (_, _, _, i) in candidates {
             if released >= need {
                 break;
             }
@@ -913,28 +1072,52 @@ impl<B: Backend> Engine<B> {
         released
     }
 
+    /// Gives segment `i`, which holds no live block, back to the backend:
+    /// destroyed when it is all free, abandoned when it holds pending blocks.
     fn destroy_segment(&mut self, i: u32) -> u64 {
         let s = self.segments[i as usize].take().unwrap();
         debug_assert_eq!(s.live, 0);
-        let b = s.first;
-        debug_assert_eq!(self.blocks[b as usize].size, s.size);
         let cc = self.key(s.class);
         let pi = s.pool as usize;
-        self.pools[pi].free.remove(&(cc, s.size, b));
-        let vb = &mut self.blocks[b as usize];
-        vb.state = BlockState::Vacant;
-        vb.generation = vb.generation.wrapping_add(1);
-        self.vacant_blocks.push(b);
+        let (mut free_blocks, mut pending_blocks) = (0, 0);
+        let mut b = s.first;
+        while b != NONE {
+            let vb = &mut self.blocks[b as usize];
+            match vb.state {
+                BlockState::Free => {
+                    free_blocks += 1;
+                    let size = vb.size;
+                    self.pools[pi].free.remove(&(cc, size, b));
+                }
+                BlockState::Pending => pending_blocks += 1,
+                BlockState::Live | BlockState::Vacant => {
+                    unreachable!("a released segment holds no live block")
+                }
+            }
+            let vb = &mut self.blocks[b as usize];
+            vb.state = BlockState::Vacant;
+            vb.generation = vb.generation.wrapping_add(1);
+            vb.label = None;
+            self.vacant_blocks.push(b);
+            b = vb.next;
+        }
         self.vacant_segments.push(i);
         for st in [&mut self.total, &mut self.pools[pi].stats] {
             st.reserved_bytes.sub(s.size);
-            st.cached_bytes.sub(s.size);
+            st.cached_bytes.sub(s.size - s.pending);
+            st.pending_bytes.sub(s.pending);
+            st.pending_blocks.sub(pending_blocks);
             st.segments.sub(1);
-            st.free_blocks.sub(1);
+            st.free_blocks.sub(free_blocks);
         }
         self.counters.device_frees += 1;
         self.counters.bytes_released += s.size;
-        self.backend.destroy_segment(s.payload);
+        if s.pending > 0 {
+            self.counters.segments_abandoned += 1;
+            self.backend.abandon_segment(s.payload);
+        } else {
+            self.backend.destroy_segment(s.payload);
+        }
         s.size
     }
 
@@ -998,13 +1181,14 @@ impl<B: Backend> Engine<B> {
             )));
         }
         let usage = self.config.default_usage;
-        let pool = self.pool_index(usage, false, || format!("usage {usage:#x}"));
+        let pool = self.pool_index(usage, false, 0, || format!("usage {usage:#x}"));
+        let label = "vrampool preallocated segment".to_string();
         let payload = self
             .backend
             .create_segment(&SegmentDesc {
                 size,
                 usage,
-                label: "vrampool preallocated segment",
+                label: &label,
             })
             .map_err(|e| match e {
                 DeviceError::OutOfMemory => Error::OutOfMemory(OomInfo {
@@ -1012,13 +1196,14 @@ impl<B: Backend> Engine<B> {
                     allocated: 0,
                     reserved: self.total.reserved_bytes.current,
                     cached: self.total.cached_bytes.current,
+                    pending: self.total.pending_bytes.current,
                     limit: self.limit,
                     device_refused: true,
                 }),
                 DeviceError::Lost(w) => Error::DeviceLost(w),
                 DeviceError::Other(m) => Error::Device(m),
             })?;
-        let s = self.insert_segment(payload, pool, SegmentClass::Preallocated, size);
+        let s = self.insert_segment(payload, label, pool, SegmentClass::Preallocated, size);
         self.segments[s as usize].as_mut().unwrap().pinned = true;
         self.has_preallocation = true;
         Ok(())
@@ -1032,13 +1217,14 @@ impl<B: Backend> Engine<B> {
             .filter_map(|p| p.free.iter().map(|&(_, s, _)| s).max())
             .max()
             .unwrap_or(0);
-        let releasable_bytes = self
+        let (releasable_bytes, releasable_pending) = self
             .segments
             .iter()
             .flatten()
             .filter(|s| s.live == 0 && !s.pinned)
-            .map(|s| s.size)
-            .sum();
+            .fold((0, 0), |(size, pending), s| {
+                (size + s.size, pending + s.pending)
+            });
         Stats {
             total: self.total,
             // A pool that never held a byte (one a refused request named) is not shown.
@@ -1055,7 +1241,8 @@ impl<B: Backend> Engine<B> {
             counters: self.counters,
             largest_free_block,
             releasable_bytes,
-            inactive_split_bytes: self.total.cached_bytes.current - releasable_bytes,
+            inactive_split_bytes: self.total.cached_bytes.current
+                - (releasable_bytes - releasable_pending),
             limit: self.limit,
         }
     }
@@ -1086,10 +1273,10 @@ impl<B: Backend> Engine<B> {
                     offset: blk.offset,
                     size: blk.size,
                     requested: blk.requested,
-                    state: if blk.state == BlockState::Live {
-                        SnapshotState::Live
-                    } else {
-                        SnapshotState::Free
+                    state: match blk.state {
+                        BlockState::Live => SnapshotState::Live,
+                        BlockState::Pending => SnapshotState::Pending,
+                        BlockState::Free | BlockState::Vacant => SnapshotState::Free,
                     },
                     label: blk.label.as_deref().map(str::to_string),
                 });
@@ -1098,6 +1285,7 @@ impl<B: Backend> Engine<B> {
             let p = &self.pools[s.pool as usize];
             segments.push(SnapshotSegment {
                 id: i as u32,
+                label: s.label.clone(),
                 pool: p.name.clone(),
                 usage: p.usage,
                 class: s.class,
@@ -1128,18 +1316,30 @@ impl<B: Backend> Engine<B> {
     /// Checks every invariant of the engine; returns a description of the first
     /// one broken. Used by tests; O(blocks).
     pub fn check_invariants(&self) -> std::result::Result<(), String> {
-        let mut total = (0u64, 0u64, 0u64, 0u64, 0u64);
-        let mut free_in_sets = 0usize;
-        for p in &self.pools {
-            free_in_sets += p.free.len();
+        /// What the blocks and segments add up to, for one pool or all.
+        #[derive(Default, Clone, Copy)]
+        struct Recount {
+            allocated: u64,
+            requested: u64,
+            reserved: u64,
+            pending: u64,
+            segments: u64,
+            allocations: u64,
+            free_blocks: u64,
+            pending_blocks: u64,
         }
-        let mut free_blocks = 0usize;
+        let mut pools = vec![Recount::default(); self.pools.len()];
+        let mut deferred = std::collections::HashMap::<(u32, u32), u32>::new();
+        for d in &self.deferred {
+            *deferred.entry((d.block, d.generation)).or_default() += 1;
+        }
         for (i, s) in self.segments.iter().enumerate() {
             let Some(s) = s else { continue };
+            let r = &mut pools[s.pool as usize];
             let mut b = s.first;
             let mut off = 0;
             let mut prev = NONE;
-            let mut live = 0;
+            let (mut live, mut pending) = (0, 0);
             let mut prev_free = false;
             while b != NONE {
                 let blk = &self.blocks[b as usize];
@@ -1158,12 +1358,12 @@ impl<B: Backend> Engine<B> {
                 if !blk.offset.is_multiple_of(self.config.alignment) {
                     return Err(format!("block {b} offset {} not aligned", blk.offset));
                 }
+                let free = blk.state == BlockState::Free;
                 match blk.state {
                     BlockState::Live => {
                         live += 1;
-                        total.0 += blk.size;
-                        total.1 += blk.requested;
-                        prev_free = false;
+                        r.allocated += blk.size;
+                        r.requested += blk.requested;
                     }
                     BlockState::Free => {
                         if prev_free {
@@ -1175,13 +1375,23 @@ impl<B: Backend> Engine<B> {
                         if !self.pools[s.pool as usize].free.contains(&key) {
                             return Err(format!("free block {b} missing from the free index"));
                         }
-                        free_blocks += 1;
-                        prev_free = true;
+                        r.free_blocks += 1;
+                    }
+                    BlockState::Pending => {
+                        pending += blk.size;
+                        r.pending_blocks += 1;
+                        let listed = deferred.get(&(b, blk.generation)).copied().unwrap_or(0);
+                        if listed != 1 {
+                            return Err(format!(
+                                "pending block {b} is listed {listed} times among the deferred frees"
+                            ));
+                        }
                     }
                     BlockState::Vacant => {
                         return Err(format!("vacant block {b} linked in segment {i}"));
                     }
                 }
+                prev_free = free;
                 off += blk.size;
                 prev = b;
                 b = blk.next;
@@ -1198,28 +1408,64 @@ impl<B: Backend> Engine<B> {
                     s.live
                 ));
             }
-            total.2 += s.size;
-            total.3 += 1;
-            total.4 += live as u64;
+            if pending != s.pending {
+                return Err(format!(
+                    "segment {i}: pending bytes {} but {pending} in pending blocks",
+                    s.pending
+                ));
+            }
+            r.reserved += s.size;
+            r.pending += pending;
+            r.segments += 1;
+            r.allocations += live as u64;
         }
-        if free_blocks != free_in_sets {
-            return Err(format!(
-                "{free_in_sets} entries in free index, {free_blocks} free blocks"
-            ));
+        let mut total = Recount::default();
+        for (p, r) in self.pools.iter().zip(&pools) {
+            if p.free.len() as u64 != r.free_blocks {
+                return Err(format!(
+                    "pool {}: {} entries in the free index, {} free blocks",
+                    p.name,
+                    p.free.len(),
+                    r.free_blocks
+                ));
+            }
+            total.allocated += r.allocated;
+            total.requested += r.requested;
+            total.reserved += r.reserved;
+            total.pending += r.pending;
+            total.segments += r.segments;
+            total.allocations += r.allocations;
+            total.free_blocks += r.free_blocks;
+            total.pending_blocks += r.pending_blocks;
         }
-        let t = &self.total;
-        let checks = [
-            ("allocated", t.allocated_bytes.current, total.0),
-            ("requested", t.requested_bytes.current, total.1),
-            ("reserved", t.reserved_bytes.current, total.2),
-            ("segments", t.segments.current, total.3),
-            ("allocations", t.allocations.current, total.4),
-            ("free blocks", t.free_blocks.current, free_blocks as u64),
-            ("cached", t.cached_bytes.current, total.2 - total.0),
-        ];
-        for (name, stat, recount) in checks {
-            if stat != recount {
-                return Err(format!("{name}: stats say {stat}, recount says {recount}"));
+        let named = std::iter::once(("all", &self.total, total)).chain(
+            self.pools
+                .iter()
+                .zip(pools)
+                .map(|(p, r)| (p.name.as_str(), &p.stats, r)),
+        );
+        for (pool, t, r) in named {
+            let checks = [
+                ("allocated", t.allocated_bytes.current, r.allocated),
+                ("requested", t.requested_bytes.current, r.requested),
+                ("reserved", t.reserved_bytes.current, r.reserved),
+                ("pending", t.pending_bytes.current, r.pending),
+                ("segments", t.segments.current, r.segments),
+                ("allocations", t.allocations.current, r.allocations),
+                ("free blocks", t.free_blocks.current, r.free_blocks),
+                ("pending blocks", t.pending_blocks.current, r.pending_blocks),
+                (
+                    "cached",
+                    t.cached_bytes.current,
+                    r.reserved - r.allocated - r.pending,
+                ),
+            ];
+            for (name, stat, recount) in checks {
+                if stat != recount {
+                    return Err(format!(
+                        "pool {pool}: {name}: stats say {stat}, recount says {recount}"
+                    ));
+                }
             }
         }
         Ok(())

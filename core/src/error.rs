@@ -15,6 +15,10 @@ pub struct OomInfo {
     pub reserved: u64,
     /// Reserved bytes not handed out (free space inside segments).
     pub cached: u64,
+    /// Bytes of blocks dropped while commands using them may not have been
+    /// submitted yet: not reusable until the pool learns of a submit
+    /// (`Pool::submit`); counted in `reserved`, not in `cached`.
+    pub pending: u64,
     /// The hard limit in force, if any.
     pub limit: Option<u64>,
     /// `true` when the device itself refused the segment, `false` when the
@@ -22,17 +26,41 @@ pub struct OomInfo {
     pub device_refused: bool,
 }
 
+/// Two blocks of one buffer that one pass or copy uses in ways WebGPU does
+/// not allow together (see `Pool::check_usage_scope`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "usage conflict: {first} and {second} are ranges of one buffer ({segment}), and one {scope} may not use a buffer {how}. {fix}"
+)]
+pub struct UsageConflict {
+    /// The first block: its label and use.
+    pub first: String,
+    /// The second block: its label and use.
+    pub second: String,
+    /// The buffer's label.
+    pub segment: String,
+    /// "pass" or "copy".
+    pub scope: &'static str,
+    /// How the uses conflict.
+    pub how: String,
+    /// What to change.
+    pub fix: String,
+}
+
 /// Everything that can go wrong in vrampool.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The request could not be served even after the cache was released.
     #[error(
-        "out of memory: tried to allocate {req}; {alloc} allocated, {res} reserved ({cached} cached, not releasable), limit {limit}{who}. \
+        "out of memory: tried to allocate {req}; {alloc} allocated, {res} reserved ({cached} cached, not releasable{pending}), limit {limit}{who}. \
          Drop live buffers you no longer need, call empty_cache(), raise the limit, or use smaller batches",
         req = fmt_bytes(.0.requested),
         alloc = fmt_bytes(.0.allocated),
         res = fmt_bytes(.0.reserved),
         cached = fmt_bytes(.0.cached),
+        pending = if .0.pending == 0 { String::new() } else {
+            format!("; {} pending: dropped, but not reusable until the pool learns their commands were submitted (Pool::submit)", fmt_bytes(.0.pending))
+        },
         limit = .0.limit.map(fmt_bytes).unwrap_or_else(|| "none".into()),
         who = if .0.device_refused { "; the device refused the segment" } else { "" }
     )]
@@ -72,6 +100,11 @@ pub enum Error {
     /// The configuration makes no sense (e.g. a fraction limit without a capacity).
     #[error("invalid configuration: {0}")]
     Config(String),
+
+    /// Blocks used together in one pass (or one copy) are ranges of one
+    /// buffer used in ways WebGPU does not allow within one usage scope.
+    #[error("{0}")]
+    UsageConflict(Box<UsageConflict>),
 
     /// The device was lost or destroyed; the pool can no longer create buffers.
     #[error("device lost: {0}. Create a new device and a new pool")]

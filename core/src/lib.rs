@@ -49,7 +49,7 @@ pub use engine::{
     Placement, Request, SegmentClass, SegmentDesc, SegmentId, Snapshot, SnapshotBlock,
     SnapshotSegment, SnapshotState, leak_report,
 };
-pub use error::{Error, OomInfo, Result};
+pub use error::{Error, OomInfo, Result, UsageConflict};
 pub use sim::{SimSegment, SimulatedDevice};
 pub use stats::{Counters, PoolReport, PoolStats, Stat, Stats};
 pub use trace::{ReplayReport, Trace, replay};

@@ -11,6 +11,9 @@ pub enum SnapshotState {
     Live,
     /// Cached, ready for reuse.
     Free,
+    /// Dropped by its owner while commands using it may not have been
+    /// submitted: not reused until the pool learns they were.
+    Pending,
 }
 
 /// One block in a [`Snapshot`].
@@ -33,6 +36,8 @@ pub struct SnapshotBlock {
 pub struct SnapshotSegment {
     /// Segment id.
     pub id: u32,
+    /// The label the device knows the segment by (wgpu's buffer label).
+    pub label: String,
     /// Pool name.
     pub pool: String,
     /// Usage bits.

@@ -42,14 +42,20 @@ pub struct PoolStats {
     pub allocated_bytes: Stat,
     /// Bytes of device segments (buffers) held by the pool.
     pub reserved_bytes: Stat,
-    /// Reserved bytes not handed out: free space kept for reuse.
+    /// Reserved bytes free for reuse (neither allocated nor pending).
     pub cached_bytes: Stat,
+    /// Bytes of blocks dropped while commands recorded before the drop may not
+    /// have been submitted: not reused until the pool learns they were
+    /// (PyTorch's blocks awaiting free). reserved = allocated + pending + cached.
+    pub pending_bytes: Stat,
     /// Live blocks.
     pub allocations: Stat,
     /// Device segments.
     pub segments: Stat,
     /// Free blocks inside segments.
     pub free_blocks: Stat,
+    /// Pending blocks (see `pending_bytes`).
+    pub pending_blocks: Stat,
 }
 
 impl PoolStats {
@@ -60,9 +66,11 @@ impl PoolStats {
             &mut self.allocated_bytes,
             &mut self.reserved_bytes,
             &mut self.cached_bytes,
+            &mut self.pending_bytes,
             &mut self.allocations,
             &mut self.segments,
             &mut self.free_blocks,
+            &mut self.pending_blocks,
         ] {
             s.reset_peak();
         }
@@ -92,6 +100,10 @@ pub struct Counters {
     pub bytes_released: u64,
     /// Bytes released by the last `empty_cache()`.
     pub last_empty_cache_bytes: u64,
+    /// Segments released while they held pending blocks: given up rather than
+    /// destroyed, so commands still recorded against them stay valid (wgpu
+    /// frees them after those commands).
+    pub segments_abandoned: u64,
 }
 
 /// Per-pool figures: which usage the pool serves and its stats.
@@ -109,8 +121,9 @@ pub struct PoolReport {
 /// `torch.cuda.memory_stats()` gives, and fragmentation.
 ///
 /// PyTorch's *active* bytes include blocks freed but still awaited by a stream;
-/// vrampool has no such state (wgpu's queue runs every earlier submission before
-/// the work of a block's next owner), so active equals allocated here.
+/// here they are allocated + pending: a block dropped while commands recorded
+/// before the drop may not have been submitted is pending until the pool learns
+/// of the submit (see `Pool::submit`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Stats {
     /// All pools together.
@@ -162,11 +175,12 @@ impl Stats {
             rows.push((p.name.as_str(), &p.stats));
         }
         type Getter = fn(&PoolStats) -> (Stat, bool);
-        let metrics: [(&str, Getter); 7] = [
+        let metrics: [(&str, Getter); 8] = [
             ("Requested memory", |p| (p.requested_bytes, true)),
             ("Allocated memory", |p| (p.allocated_bytes, true)),
             ("Reserved memory", |p| (p.reserved_bytes, true)),
             ("Cached (free in segments)", |p| (p.cached_bytes, true)),
+            ("Pending (awaiting submit)", |p| (p.pending_bytes, true)),
             ("Allocations", |p| (p.allocations, false)),
             ("Segments (device buffers)", |p| (p.segments, false)),
             ("Free blocks", |p| (p.free_blocks, false)),

@@ -1,6 +1,7 @@
 //! Property tests of the engine on the simulated device: live blocks never
 //! overlap, accounting adds up after any sequence of operations, no two adjacent
-//! free blocks stay uncoalesced, the limit is never crossed.
+//! free blocks stay uncoalesced, the limit is never crossed, and a block freed
+//! with `defer_free` is never handed out again before it is reclaimed.
 
 use proptest::prelude::*;
 use vrampool::{BlockId, Config, Engine, Error, Limit, Request, SimulatedDevice, SnapshotState};
@@ -11,8 +12,11 @@ enum Op {
         size: u64,
         usage: u32,
         exclusive: bool,
+        group: u8,
     },
     Free(usize),
+    DeferFree(usize),
+    Reclaim,
     EmptyCache,
     SetLimit(Option<u64>),
 }
@@ -25,8 +29,10 @@ fn op() -> impl Strategy<Value = Op> {
         (12u64 << 20)..(80 << 20),
     ];
     prop_oneof![
-        6 => (size, 0u32..3, proptest::bool::weighted(0.1)).prop_map(|(size, usage, exclusive)| Op::Alloc { size, usage, exclusive }),
-        4 => any::<usize>().prop_map(Op::Free),
+        6 => (size, 0u32..3, proptest::bool::weighted(0.1), 0u8..2).prop_map(|(size, usage, exclusive, group)| Op::Alloc { size, usage, exclusive, group }),
+        2 => any::<usize>().prop_map(Op::Free),
+        2 => any::<usize>().prop_map(Op::DeferFree),
+        1 => Just(Op::Reclaim),
         1 => Just(Op::EmptyCache),
         1 => proptest::option::of((64u64 << 20)..(512 << 20)).prop_map(Op::SetLimit),
     ]
@@ -61,13 +67,25 @@ proptest! {
         let config = Config { headroom, ..base };
         let align = config.alignment;
         let mut engine = Engine::new(SimulatedDevice::with_max_buffer_size(64 << 30, 256 << 20), config).unwrap();
-        let mut live: Vec<(BlockId, u64)> = Vec::new();
+        let mut live: Vec<(BlockId, u64, (u64, u64))> = Vec::new();
+        // Byte ranges (by segment address) of blocks freed with defer_free and
+        // not reclaimed yet: no allocation may land on them.
+        let mut pending: Vec<(u64, u64)> = Vec::new();
+        let range = |engine: &Engine<SimulatedDevice>, a: &vrampool::Allocation| {
+            let seg = engine.snapshot().segments.into_iter().find(|s| s.id == a.segment.0).unwrap();
+            (seg.address + a.offset, seg.address + a.offset + a.size)
+        };
         for op in ops {
             match op {
-                Op::Alloc { size, usage, exclusive } => {
+                Op::Alloc { size, usage, exclusive, group } => {
                     let before = engine.stats();
-                    match engine.allocate(Request { size, usage, exclusive, ..Request::default() }) {
+                    match engine.allocate(Request { size, usage, exclusive, group, ..Request::default() }) {
                         Ok(a) => {
+                            let r = range(&engine, &a);
+                            prop_assert!(
+                                pending.iter().all(|p| r.1 <= p.0 || p.1 <= r.0),
+                                "a pending block's bytes were handed out again: {:?} over {:?}", r, pending
+                            );
                             let after = engine.stats().total.reserved_bytes.current;
                             if let Some(limit) = engine.limit()
                                 && after > before.total.reserved_bytes.current {
@@ -75,7 +93,7 @@ proptest! {
                                 }
                             prop_assert!(a.size >= size);
                             prop_assert_eq!(a.offset % 256, 0);
-                            live.push((a.id, a.size));
+                            live.push((a.id, a.size, r));
                         }
                         Err(Error::OutOfMemory(info)) => {
                             // Refused only when the limit really leaves no room.
@@ -89,15 +107,43 @@ proptest! {
                 }
                 Op::Free(i) => {
                     if !live.is_empty() {
-                        let (id, _) = live.swap_remove(i % live.len());
+                        let (id, _, _) = live.swap_remove(i % live.len());
                         engine.free(id).unwrap();
                         // A second free of the same block is an error, not a corruption.
                         prop_assert!(matches!(engine.free(id), Err(Error::UnknownBlock(_))));
                     }
                 }
+                Op::DeferFree(i) => {
+                    if !live.is_empty() {
+                        let (id, size, r) = live.swap_remove(i % live.len());
+                        let before = engine.stats().total;
+                        engine.defer_free(id).unwrap();
+                        let after = engine.stats().total;
+                        prop_assert_eq!(after.pending_bytes.current, before.pending_bytes.current + size);
+                        prop_assert_eq!(after.cached_bytes.current, before.cached_bytes.current);
+                        prop_assert!(matches!(engine.free(id), Err(Error::UnknownBlock(_))));
+                        prop_assert!(matches!(engine.defer_free(id), Err(Error::UnknownBlock(_))));
+                        pending.push(r);
+                    }
+                }
+                Op::Reclaim => {
+                    let before = engine.stats().total;
+                    let mark = engine.defer_mark();
+                    let bytes = engine.reclaim_deferred(mark);
+                    prop_assert_eq!(bytes, before.pending_bytes.current);
+                    prop_assert_eq!(engine.stats().total.pending_bytes.current, 0);
+                    pending.clear();
+                }
                 Op::EmptyCache => {
                     engine.empty_cache();
                     prop_assert_eq!(engine.stats().releasable_bytes, 0);
+                    // Pending blocks left are in segments that hold live ones.
+                    let s = engine.snapshot();
+                    for seg in &s.segments {
+                        let pending = seg.blocks.iter().any(|b| b.state == SnapshotState::Pending);
+                        let live = seg.blocks.iter().any(|b| b.state == SnapshotState::Live);
+                        prop_assert!(!pending || live || seg.pinned, "a releasable segment kept pending blocks");
+                    }
                 }
                 Op::SetLimit(l) => {
                     engine.set_limit(l.map(Limit::Bytes)).unwrap();
@@ -109,10 +155,14 @@ proptest! {
             }
             let s = engine.stats();
             prop_assert_eq!(s.total.allocated_bytes.current, live.iter().map(|l| l.1).sum::<u64>());
+            prop_assert_eq!(
+                s.total.reserved_bytes.current,
+                s.total.allocated_bytes.current + s.total.pending_bytes.current + s.total.cached_bytes.current
+            );
             prop_assert_eq!(s.total.reserved_bytes.current, engine.backend().used());
         }
         assert_no_overlap(&engine);
-        for (id, _) in live.drain(..) {
+        for (id, _, _) in live.drain(..) {
             engine.free(id).unwrap();
         }
         engine.empty_cache();

@@ -62,9 +62,12 @@ enum Op {
         shift: u8,
         usage: u8,
         exclusive: bool,
+        group: bool,
         exact: bool,
     },
     Free(u16),
+    DeferFree(u16),
+    Reclaim,
     FreeAgain(u16),
     EmptyCache,
     SetLimit(Option<u32>),
@@ -111,11 +114,13 @@ pub fn engine_ops(data: &[u8]) {
                 shift,
                 usage,
                 exclusive,
+                group,
                 exact,
             } => {
                 let size = u64::from(size) << (shift % 24);
                 let req = Request {
                     exclusive,
+                    group: u8::from(group),
                     exact_segment: exact,
                     ..Request::new(size, u32::from(usage % 3) + 1)
                 };
@@ -136,6 +141,16 @@ pub fn engine_ops(data: &[u8]) {
                 let a = live.swap_remove(usize::from(i) % live.len());
                 engine.free(a.id).unwrap();
                 freed.push(a);
+            }
+            Op::DeferFree(i) if !live.is_empty() => {
+                let a = live.swap_remove(usize::from(i) % live.len());
+                engine.defer_free(a.id).unwrap();
+                freed.push(a);
+            }
+            Op::Reclaim => {
+                let mark = engine.defer_mark();
+                engine.reclaim_deferred(mark);
+                assert_eq!(engine.stats().total.pending_bytes.current, 0);
             }
             Op::FreeAgain(i) if !freed.is_empty() => {
                 let a = &freed[usize::from(i) % freed.len()];
@@ -164,6 +179,8 @@ pub fn engine_ops(data: &[u8]) {
     for a in live {
         engine.free(a.id).unwrap();
     }
+    let mark = engine.defer_mark();
+    engine.reclaim_deferred(mark);
     engine.empty_cache();
     let s = engine.stats();
     assert_eq!(s.total.allocated_bytes.current, 0);

@@ -1,0 +1,34 @@
+//! The thin binding over `wgpu::Device` (feature `wgpu`): a [`Pool`] of
+//! segments that are `wgpu::Buffer`s, handles that give a buffer range and
+//! return it on drop, and the two WebGPU rules a pool of shared buffers must
+//! respect — usage validated per buffer in a pass ([`Access`], [`Sharing`],
+//! [`BindingUse`]) and commands that run only when submitted ([`Reuse`]).
+//!
+//! - `backend.rs` — [`WgpuBackend`]: segments inside error scopes, device loss.
+//! - `desc.rs` — [`AllocDesc`], [`Access`], [`Sharing`]: description → engine request.
+//! - `pool.rs` — [`Pool`], [`PoolOptions`], [`Reuse`]: allocation, submits, figures.
+//! - `handle.rs` — [`PoolBuffer`], [`WeakBuffer`], [`BufferBlock`].
+//! - `usage.rs` — [`BindingUse`]: checking a pass's bindings before wgpu does.
+//! - `scope.rs` — [`Scope`].
+
+mod backend;
+mod desc;
+mod handle;
+mod pool;
+mod scope;
+mod usage;
+
+pub use backend::WgpuBackend;
+pub use desc::{Access, AllocDesc, GPU_USAGE, READ_WRITE_USAGE, Sharing};
+pub use handle::{BufferBlock, PoolBuffer, WeakBuffer};
+pub use pool::{Pool, PoolOptions, Reuse};
+pub use scope::{Scope, ScopeReport, ScopedBuffer};
+pub use usage::{BindingUse, BlockUse};
+
+#[cfg(not(target_arch = "wasm32"))]
+const _: () = {
+    const fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Pool>();
+    assert_send_sync::<PoolBuffer>();
+    assert_send_sync::<WeakBuffer>();
+};

@@ -1,0 +1,64 @@
+//! [`Pool::scope`]: blocks that go back to the pool when the scope ends
+//! (TensorFlow's `clear_session`), with the borrow checker keeping handles
+//! inside it.
+
+use std::sync::Mutex;
+
+#[cfg(not(target_arch = "wasm32"))]
+use crate::error::Result;
+
+#[cfg(not(target_arch = "wasm32"))]
+use super::desc::AllocDesc;
+use super::handle::{BufferBlock, PoolBuffer};
+use super::pool::Pool;
+
+/// What a [`Pool::scope`] allocated.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ScopeReport {
+    /// Allocations made through the scope.
+    pub allocations: u64,
+    /// Bytes requested through the scope.
+    pub bytes: u64,
+    /// Whether the pool's allocated bytes were back to (or under) their level
+    /// at the scope's start when it ended.
+    pub returned: bool,
+}
+
+/// Allocates blocks that go back to the pool when the scope ends.
+pub struct Scope<'p> {
+    pub(super) pool: &'p Pool,
+    pub(super) report: Mutex<ScopeReport>,
+}
+
+/// A block allocated in a [`Scope`]; it cannot outlive the scope.
+pub struct ScopedBuffer<'s> {
+    inner: PoolBuffer,
+    _scope: std::marker::PhantomData<&'s ()>,
+}
+
+impl std::ops::Deref for ScopedBuffer<'_> {
+    type Target = BufferBlock;
+    fn deref(&self) -> &BufferBlock {
+        &self.inner
+    }
+}
+
+impl Scope<'_> {
+    /// Allocates a block for the scope's lifetime.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn alloc(&self, desc: AllocDesc<'_>) -> Result<ScopedBuffer<'_>> {
+        let inner = self.pool.alloc(desc)?;
+        let mut r = self.report.lock().unwrap_or_else(|e| e.into_inner());
+        r.allocations += 1;
+        r.bytes += desc.size;
+        Ok(ScopedBuffer {
+            inner,
+            _scope: std::marker::PhantomData,
+        })
+    }
+
+    /// The pool.
+    pub fn pool(&self) -> &Pool {
+        self.pool
+    }
+}

@@ -1,0 +1,243 @@
+//! Checking, before wgpu does, that the pool blocks one compute dispatch,
+//! render pass or copy uses can be used together: WebGPU validates usage per
+//! buffer, and blocks may be ranges of one buffer. The pool's placement
+//! ([`Sharing`]) keeps every layout that follows its [`Access`](crate::Access)
+//! declarations valid; this names the blocks, the buffer and the fix when a
+//! pass breaks a declaration, instead of wgpu's panic about a segment.
+
+use crate::error::{Error, Result, UsageConflict};
+
+use super::desc::Sharing;
+use super::handle::BufferBlock;
+use super::pool::Pool;
+
+/// How one pass or copy uses a block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BindingUse {
+    /// `var<uniform>`.
+    Uniform,
+    /// `var<storage, read>`.
+    StorageRead,
+    /// `var<storage, read_write>`.
+    StorageReadWrite,
+    /// A vertex buffer.
+    Vertex,
+    /// An index buffer.
+    Index,
+    /// Indirect draw or dispatch arguments.
+    Indirect,
+    /// The source of a copy.
+    CopySrc,
+    /// The destination of a copy.
+    CopyDst,
+}
+
+impl BindingUse {
+    /// Whether the use writes (wgpu's exclusive uses).
+    fn writes(self) -> bool {
+        matches!(self, BindingUse::StorageReadWrite | BindingUse::CopyDst)
+    }
+
+    fn is_copy(self) -> bool {
+        matches!(self, BindingUse::CopySrc | BindingUse::CopyDst)
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            BindingUse::Uniform => "as var<uniform>",
+            BindingUse::StorageRead => "as var<storage, read>",
+            BindingUse::StorageReadWrite => "as var<storage, read_write>",
+            BindingUse::Vertex => "as a vertex buffer",
+            BindingUse::Index => "as an index buffer",
+            BindingUse::Indirect => "as indirect arguments",
+            BindingUse::CopySrc => "as a copy source",
+            BindingUse::CopyDst => "as a copy destination",
+        }
+    }
+
+    /// The binding type of a bind group layout entry for this use, if it is one.
+    fn binding_type(self) -> Option<wgpu::BufferBindingType> {
+        match self {
+            BindingUse::Uniform => Some(wgpu::BufferBindingType::Uniform),
+            BindingUse::StorageRead => Some(wgpu::BufferBindingType::Storage { read_only: true }),
+            BindingUse::StorageReadWrite => {
+                Some(wgpu::BufferBindingType::Storage { read_only: false })
+            }
+            _ => None,
+        }
+    }
+}
+
+/// A block and how one pass or copy uses it.
+#[derive(Clone, Copy)]
+pub struct BlockUse<'a> {
+    /// The block.
+    pub block: &'a BufferBlock,
+    /// How it is used.
+    pub used: BindingUse,
+}
+
+impl<'a> BlockUse<'a> {
+    /// `block`, used as `used`.
+    pub fn new(block: &'a BufferBlock, used: BindingUse) -> Self {
+        BlockUse { block, used }
+    }
+
+    fn name(&self) -> String {
+        let b = self.block;
+        let who = match b.label() {
+            Some(l) => format!("'{l}'"),
+            None => format!("the unlabelled block at offset {}", b.offset()),
+        };
+        format!("{who} (used {})", self.used.describe())
+    }
+}
+
+impl Pool {
+    /// Checks that the pool blocks one compute dispatch, render pass or copy
+    /// uses can be used together, before wgpu validates them: within one pass
+    /// a buffer may be used read-only in many ways, or as
+    /// `var<storage, read_write>` (disjoint ranges), but not both; a copy may
+    /// not have one buffer as source and destination. Blocks that follow
+    /// their [`Access`](crate::Access) never conflict; a pass that breaks a
+    /// declaration gets an [`Error::UsageConflict`] naming both blocks, their
+    /// buffer and the fix. Pure: nothing changes.
+    ///
+    /// ```no_run
+    /// # fn demo(pool: &vrampool::Pool) -> Result<(), vrampool::Error> {
+    /// use vrampool::{AllocDesc, BindingUse, BlockUse};
+    /// let params = pool.alloc(AllocDesc::uniform(64).label("params"))?;
+    /// let input = pool.alloc(AllocDesc::storage(4096).read_only().label("input"))?;
+    /// let output = pool.alloc(AllocDesc::storage(4096).read_write().label("output"))?;
+    /// pool.check_usage_scope(&[
+    ///     BlockUse::new(&params, BindingUse::Uniform),
+    ///     BlockUse::new(&input, BindingUse::StorageRead),
+    ///     BlockUse::new(&output, BindingUse::StorageReadWrite),
+    /// ])?;
+    /// # Ok(()) }
+    /// ```
+    pub fn check_usage_scope(&self, uses: &[BlockUse<'_>]) -> Result<()> {
+        for (i, a) in uses.iter().enumerate() {
+            for b in &uses[i + 1..] {
+                if a.block.buffer() != b.block.buffer() {
+                    continue;
+                }
+                let same_block =
+                    std::ptr::eq(a.block, b.block) || a.block.offset() == b.block.offset();
+                let conflict = if a.used.is_copy() && b.used.is_copy() {
+                    a.used != b.used
+                } else {
+                    (a.used.writes() || b.used.writes()) && (a.used != b.used || same_block)
+                };
+                if conflict {
+                    return Err(self.conflict(a, b, same_block));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn conflict(&self, a: &BlockUse<'_>, b: &BlockUse<'_>, same_block: bool) -> Error {
+        // Name the writer first.
+        let (w, r) = if a.used.writes() { (a, b) } else { (b, a) };
+        let copy = a.used.is_copy() && b.used.is_copy();
+        let how = if copy {
+            "as both the source and the destination".to_string()
+        } else if same_block {
+            "both ways at once".to_string()
+        } else {
+            "read-write and read-only at once".to_string()
+        };
+        let fix = if copy {
+            "Copy through a temporary block, or allocate one of the two with Access::Any \
+             (a buffer of its own)"
+                .to_string()
+        } else if same_block {
+            "A buffer cannot be read and written by one pass; split the pass in two, or copy \
+             the block first"
+                .to_string()
+        } else if w.block.sharing() == Sharing::ReadOnly {
+            format!(
+                "It was allocated .read_only() but the pass writes it: allocate it with \
+                 .read_write() if passes only ever bind it read_write, or with Access::Any \
+                 (a buffer of its own) if they bind it both ways{}",
+                if r.block.sharing() == Sharing::ReadOnly {
+                    ""
+                } else {
+                    "; or bind the other one read_write"
+                }
+            )
+        } else if r.block.sharing() == Sharing::ReadWrite {
+            "The second was allocated .read_write() but the pass only reads it: bind it \
+             var<storage, read_write>, or allocate it with .read_only() (or Access::Any if \
+             passes bind it both ways)"
+                .to_string()
+        } else {
+            "Allocate blocks bound only read-only with .read_only(), blocks bound only \
+             read_write with .read_write(), and leave Access::Any on blocks bound both ways \
+             (each gets a buffer of its own)"
+                .to_string()
+        };
+        let segment = self
+            .segment_label(w.block)
+            .unwrap_or_else(|| "a released segment".to_string());
+        Error::UsageConflict(Box::new(UsageConflict {
+            first: w.name(),
+            second: r.name(),
+            segment,
+            scope: if copy { "copy" } else { "pass" },
+            how,
+            fix,
+        }))
+    }
+
+    /// Creates a bind group whose entries are pool blocks, after
+    /// [`Pool::check_usage_scope`] over them: a conflict among its own
+    /// entries is an error naming the blocks, not wgpu's panic. Each entry is
+    /// `(binding, block use)`, the use being what the layout declares
+    /// (uniform, storage read or storage read-write). Blocks from other bind
+    /// groups of the same pass are checked with `check_usage_scope`.
+    ///
+    /// ```no_run
+    /// # fn demo(pool: &vrampool::Pool, layout: &wgpu::BindGroupLayout) -> Result<(), vrampool::Error> {
+    /// use vrampool::{AllocDesc, BindingUse as Use, BlockUse};
+    /// let params = pool.alloc(AllocDesc::uniform(64))?;
+    /// let data = pool.alloc(AllocDesc::storage(4096).read_write())?;
+    /// let group = pool.create_bind_group(
+    ///     Some("step"),
+    ///     layout,
+    ///     &[(0, BlockUse::new(&params, Use::Uniform)), (1, BlockUse::new(&data, Use::StorageReadWrite))],
+    /// )?;
+    /// # let _ = group; Ok(()) }
+    /// ```
+    pub fn create_bind_group(
+        &self,
+        label: Option<&str>,
+        layout: &wgpu::BindGroupLayout,
+        entries: &[(u32, BlockUse<'_>)],
+    ) -> Result<wgpu::BindGroup> {
+        if let Some((n, u)) = entries
+            .iter()
+            .find(|(_, u)| u.used.binding_type().is_none())
+        {
+            return Err(Error::Config(format!(
+                "bind group entry {n}: {} is not a binding; bind groups hold uniform and storage buffers",
+                u.name()
+            )));
+        }
+        let uses: Vec<BlockUse<'_>> = entries.iter().map(|(_, u)| *u).collect();
+        self.check_usage_scope(&uses)?;
+        let entries: Vec<wgpu::BindGroupEntry<'_>> = entries
+            .iter()
+            .map(|(n, u)| wgpu::BindGroupEntry {
+                binding: *n,
+                resource: u.block.binding(),
+            })
+            .collect();
+        Ok(self.device().create_bind_group(&wgpu::BindGroupDescriptor {
+            label,
+            layout,
+            entries: &entries,
+        }))
+    }
+}
