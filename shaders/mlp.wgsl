@@ -4,10 +4,13 @@
 // made with an automatic layout), never more than WebGPU's default of 8 storage
 // buffers per stage.
 //
-// Every binding, the parameters included, is read_write storage: blocks of one
-// pool segment are ranges of one wgpu::Buffer, and WebGPU checks usage per
-// buffer, so a dispatch may not bind one range read-only (or as a uniform) and
-// another range of the same buffer read-write.
+// Each pass binds what it only reads read-only (the parameters as a uniform,
+// the rest as var<storage, read>) and what it writes read_write. A tensor that
+// one pass writes and a later one reads has two declarations, `name` (read) and
+// `name_w` (read_write), each used by the passes that need it. WebGPU checks
+// usage per buffer, so the pool keeps these apart: read-only inputs (x, t) and
+// the uniform share read-only segments, the loss (only ever written) shares
+// read-write segments, and tensors bound both ways get buffers of their own.
 //
 // Weights are stored as packed u32 words and decoded here:
 //   dtype 0: f32, one value per word (bitcast);
@@ -31,20 +34,30 @@ struct Params {
     _pad2: u32,
 }
 
-@group(0) @binding(0) var<storage, read_write> p: Params;
-@group(0) @binding(1) var<storage, read_write> x: array<f32>;          // [batch, d_in]
-@group(0) @binding(2) var<storage, read_write> t: array<f32>;          // [batch, d_out]
-@group(0) @binding(3) var<storage, read_write> w1: array<u32>;   // [d_in, hidden], packed
-@group(0) @binding(4) var<storage, read_write> b1: array<f32>;   // [hidden]
-@group(0) @binding(5) var<storage, read_write> w2: array<u32>;   // [hidden, d_out], packed
-@group(0) @binding(6) var<storage, read_write> b2: array<f32>;   // [d_out]
-@group(0) @binding(7) var<storage, read_write> h: array<f32>;    // [batch, hidden]
-@group(0) @binding(8) var<storage, read_write> dy: array<f32>;   // [batch, d_out]
-@group(0) @binding(9) var<storage, read_write> dh: array<f32>;   // [batch, hidden]
-@group(0) @binding(10) var<storage, read_write> gw1: array<f32>; // [d_in, hidden]
-@group(0) @binding(11) var<storage, read_write> gw2: array<f32>; // [hidden, d_out]
-@group(0) @binding(12) var<storage, read_write> gb: array<f32>;  // [hidden + d_out]
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> x: array<f32>;          // [batch, d_in]
+@group(0) @binding(2) var<storage, read> t: array<f32>;          // [batch, d_out]
+@group(0) @binding(3) var<storage, read> w1: array<u32>;         // [d_in, hidden], packed
+@group(0) @binding(4) var<storage, read> b1: array<f32>;         // [hidden]
+@group(0) @binding(5) var<storage, read> w2: array<u32>;         // [hidden, d_out], packed
+@group(0) @binding(6) var<storage, read> b2: array<f32>;         // [d_out]
+@group(0) @binding(7) var<storage, read> h: array<f32>;          // [batch, hidden]
+@group(0) @binding(8) var<storage, read> dy: array<f32>;         // [batch, d_out]
+@group(0) @binding(9) var<storage, read> dh: array<f32>;         // [batch, hidden]
+@group(0) @binding(10) var<storage, read> gw1: array<f32>;       // [d_in, hidden]
+@group(0) @binding(11) var<storage, read> gw2: array<f32>;       // [hidden, d_out]
+@group(0) @binding(12) var<storage, read> gb: array<f32>;        // [hidden + d_out]
 @group(0) @binding(13) var<storage, read_write> loss: array<f32>; // [batch]
+@group(0) @binding(14) var<storage, read_write> w1_w: array<u32>;
+@group(0) @binding(15) var<storage, read_write> b1_w: array<f32>;
+@group(0) @binding(16) var<storage, read_write> w2_w: array<u32>;
+@group(0) @binding(17) var<storage, read_write> b2_w: array<f32>;
+@group(0) @binding(18) var<storage, read_write> h_w: array<f32>;
+@group(0) @binding(19) var<storage, read_write> dy_w: array<f32>;
+@group(0) @binding(20) var<storage, read_write> dh_w: array<f32>;
+@group(0) @binding(21) var<storage, read_write> gw1_w: array<f32>;
+@group(0) @binding(22) var<storage, read_write> gw2_w: array<f32>;
+@group(0) @binding(23) var<storage, read_write> gb_w: array<f32>;
 
 const WG: u32 = 64u;
 
@@ -125,7 +138,7 @@ fn forward_hidden(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_wo
     for (var i = 0u; i < p.d_in; i++) {
         acc += x[b * p.d_in + i] * w1_at(i * p.hidden + j);
     }
-    h[idx] = max(acc, 0.0);
+    h_w[idx] = max(acc, 0.0);
 }
 
 // y = h W2 + b2, dy = 2 (y - t) / batch and the per-sample loss; one invocation per b.
@@ -141,7 +154,7 @@ fn forward_output(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_wo
         }
         let d = y - t[b * p.d_out + k];
         l += d * d;
-        dy[b * p.d_out + k] = 2.0 * d / f32(p.batch);
+        dy_w[b * p.d_out + k] = 2.0 * d / f32(p.batch);
     }
     loss[b] = l;
 }
@@ -154,14 +167,14 @@ fn backward_hidden(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_w
     let b = idx / p.hidden;
     let j = idx % p.hidden;
     if h[idx] <= 0.0 {
-        dh[idx] = 0.0;
+        dh_w[idx] = 0.0;
         return;
     }
     var acc = 0.0;
     for (var k = 0u; k < p.d_out; k++) {
         acc += dy[b * p.d_out + k] * w2_at(j * p.d_out + k);
     }
-    dh[idx] = acc;
+    dh_w[idx] = acc;
 }
 
 // gW2 = h^T dy and gb2 = sum_b dy, one invocation per (j, k).
@@ -178,9 +191,9 @@ fn grad_output(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workg
         acc += h[b * p.hidden + j] * g;
         bias += g;
     }
-    gw2[idx] = acc;
+    gw2_w[idx] = acc;
     if j == 0u {
-        gb[p.hidden + k] = bias;
+        gb_w[p.hidden + k] = bias;
     }
 }
 
@@ -198,9 +211,9 @@ fn grad_hidden(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workg
         acc += x[b * p.d_in + i] * g;
         bias += g;
     }
-    gw1[idx] = acc;
+    gw1_w[idx] = acc;
     if i == 0u {
-        gb[j] = bias;
+        gb_w[j] = bias;
     }
 }
 
@@ -215,10 +228,10 @@ fn update_w1(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgro
     for (var l = 0u; l < n; l++) {
         let e = wi * n + l;
         if e < total {
-            v[l] = decode(w1[wi], l, p.scale1) - p.lr * gw1[e];
+            v[l] = decode(w1_w[wi], l, p.scale1) - p.lr * gw1[e];
         }
     }
-    w1[wi] = encode(v, p.scale1, wi * 7919u + p.step * 104729u + 1u);
+    w1_w[wi] = encode(v, p.scale1, wi * 7919u + p.step * 104729u + 1u);
 }
 
 // W2 -= lr gW2, one invocation per packed word.
@@ -232,10 +245,10 @@ fn update_w2(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgro
     for (var l = 0u; l < n; l++) {
         let e = wi * n + l;
         if e < total {
-            v[l] = decode(w2[wi], l, p.scale2) - p.lr * gw2[e];
+            v[l] = decode(w2_w[wi], l, p.scale2) - p.lr * gw2[e];
         }
     }
-    w2[wi] = encode(v, p.scale2, wi * 6271u + p.step * 130363u + 2u);
+    w2_w[wi] = encode(v, p.scale2, wi * 6271u + p.step * 130363u + 2u);
 }
 
 // Biases stay f32: b -= lr gb.
@@ -243,8 +256,8 @@ fn update_w2(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgro
 fn update_bias(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let i = index(gid, nwg);
     if i < p.hidden {
-        b1[i] -= p.lr * gb[i];
+        b1_w[i] -= p.lr * gb[i];
     } else if i < p.hidden + p.d_out {
-        b2[i - p.hidden] -= p.lr * gb[i];
+        b2_w[i - p.hidden] -= p.lr * gb[i];
     }
 }

@@ -1,5 +1,6 @@
 //! The engine's own cost per operation, with no device call: allocate and free
-//! served from the cache (the hot path), on the simulated device.
+//! served from the cache (the hot path), on the simulated device; and the same
+//! with the free deferred and reclaimed by a mark (`Reuse::AfterSubmit`).
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use std::hint::black_box;
@@ -24,6 +25,16 @@ fn hot_path(c: &mut Criterion) {
             b.iter(|| {
                 let a = e.allocate(black_box(Request::new(size, 0))).unwrap();
                 e.free(black_box(a.id)).unwrap();
+            })
+        });
+        // The same with a deferred free made reusable by a mark, as a block
+        // dropped before a submit is (one block per submit: the worst case).
+        g.bench_function(format!("alloc+defer+reclaim {name}"), |b| {
+            b.iter(|| {
+                let a = e.allocate(black_box(Request::new(size, 0))).unwrap();
+                e.defer_free(black_box(a.id)).unwrap();
+                let mark = e.defer_mark();
+                e.reclaim_deferred(mark);
             })
         });
         assert_eq!(

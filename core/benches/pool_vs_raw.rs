@@ -1,10 +1,14 @@
 //! A pool hit against raw wgpu: allocate + free through `Pool` (the block comes
 //! from the cache) versus `create_buffer` + `destroy` on the same device. Runs on
 //! the first adapter wgpu finds (lavapipe here, the H200 in BENCHMARKS.md).
+//!
+//! Two hits: with `Reuse::Immediate` (the block is reusable as soon as it is
+//! dropped) and with the default `Reuse::AfterSubmit` (dropped, then made
+//! reusable by `Pool::submitted`, as a frame's submit does).
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use std::hint::black_box;
-use vrampool::{AllocDesc, Pool, PoolOptions};
+use vrampool::{AllocDesc, Pool, PoolOptions, Reuse};
 
 fn device() -> (wgpu::Device, wgpu::Queue) {
     let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle());
@@ -28,7 +32,16 @@ fn device() -> (wgpu::Device, wgpu::Queue) {
 fn pool_vs_raw(c: &mut Criterion) {
     let (device, queue) = device();
     let max = device.limits().max_buffer_size;
-    let pool = Pool::new(device.clone(), queue, PoolOptions::default()).unwrap();
+    let pool = Pool::new(device.clone(), queue.clone(), PoolOptions::default()).unwrap();
+    let immediate = Pool::new(
+        device.clone(),
+        queue,
+        PoolOptions {
+            reuse: Reuse::Immediate,
+            ..PoolOptions::default()
+        },
+    )
+    .unwrap();
     let usage =
         wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC;
     let mut g = c.benchmark_group("pool_vs_raw");
@@ -42,9 +55,18 @@ fn pool_vs_raw(c: &mut Criterion) {
         if size > max {
             continue;
         }
-        drop(pool.alloc(AllocDesc::storage(size)).unwrap()); // warm the cache
+        let block = AllocDesc::storage(size).read_write();
+        drop(immediate.alloc(block).unwrap()); // warm the caches
+        drop(pool.alloc(block).unwrap());
+        pool.submitted();
         g.bench_function(format!("pool hit {name}"), |b| {
-            b.iter(|| drop(black_box(pool.alloc(AllocDesc::storage(size)).unwrap())))
+            b.iter(|| drop(black_box(immediate.alloc(black_box(block)).unwrap())))
+        });
+        g.bench_function(format!("pool hit after submit {name}"), |b| {
+            b.iter(|| {
+                drop(black_box(pool.alloc(black_box(block)).unwrap()));
+                pool.submitted();
+            })
         });
         let create_destroy = || {
             let buf = device.create_buffer(&wgpu::BufferDescriptor {

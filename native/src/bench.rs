@@ -21,7 +21,9 @@ pub struct Row {
     pub raw_ns: Option<f64>,
     /// Raw create + destroy + `poll`, so the memory really goes back, ns.
     pub raw_poll_ns: Option<f64>,
-    /// Pool hit: `alloc` + drop of a cached block, ns per pair.
+    /// Pool hit: `alloc` + drop of a cached block and `Pool::submitted` (the
+    /// default `Reuse::AfterSubmit` makes a dropped block reusable at the next
+    /// submit the pool learns of), ns per block.
     pub pool_ns: Option<f64>,
     /// `raw_ns / pool_ns`.
     pub ratio: Option<f64>,
@@ -30,7 +32,8 @@ pub struct Row {
     /// Raw: create `live` buffers, then destroy them all; ns per buffer. This is
     /// what a framework step does, and the driver cannot recycle one block.
     pub raw_live_ns: Option<f64>,
-    /// Pool: `live` allocations from a warm cache, then drop them all; ns per buffer.
+    /// Pool: `live` allocations from a warm cache, then drop them all and
+    /// `Pool::submitted` once; ns per buffer.
     pub pool_live_ns: Option<f64>,
     /// `raw_live_ns / pool_live_ns`.
     pub ratio_live: Option<f64>,
@@ -114,12 +117,14 @@ pub fn run(
                 drop(b);
                 let _ = device.poll(wgpu::PollType::Poll);
             }));
-            drop(pool.alloc(AllocDesc::storage(size))?); // warm the cache
+            // Tensors: bound read_write, packed in shared segments.
+            let block = |size| AllocDesc::storage(size).read_write();
+            drop(pool.alloc(block(size))?); // warm the cache
+            pool.submitted();
             pool_ns = Some(time(budget, 10_000_000, || {
-                let b = pool
-                    .alloc(AllocDesc::storage(black_box(size)))
-                    .expect("cached");
+                let b = pool.alloc(block(black_box(size))).expect("cached");
                 drop(black_box(b));
+                pool.submitted();
             }));
             let rounds = (max / live).max(3);
             raw_live_ns = Some(
@@ -132,18 +137,17 @@ pub fn run(
             );
             let _ = device.poll(wgpu::PollType::wait_indefinitely());
             let warm: Vec<_> = (0..live)
-                .map(|_| pool.alloc(AllocDesc::storage(size)))
+                .map(|_| pool.alloc(block(size)))
                 .collect::<Result<_, _>>()?;
             drop(warm);
+            pool.submitted();
             pool_live_ns = Some(
                 time(budget, 10_000_000 / live, || {
                     let held: Vec<_> = (0..live)
-                        .map(|_| {
-                            pool.alloc(AllocDesc::storage(black_box(size)))
-                                .expect("cached")
-                        })
+                        .map(|_| pool.alloc(block(black_box(size))).expect("cached"))
                         .collect();
                     drop(black_box(held));
+                    pool.submitted();
                 }) / live as f64,
             );
             pool.empty_cache();

@@ -28,7 +28,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 use vrampool::{Backend, SimulatedDevice, Trace, WgpuBackend, fmt_bytes};
 
-use crate::policy::PolicyKind;
+use crate::policy::{AccessMode, PolicyKind, Requests};
 use crate::replay::{Moment, Outcome, Probe};
 use crate::workload::Dtype;
 
@@ -118,6 +118,17 @@ struct ReplayArgs {
     /// Divide every size by N, so a trace larger than the device fits.
     #[arg(long, default_value_t = 1, value_name = "N")]
     scale: u64,
+    /// How the trace's tensors are bound, which decides where the vrampool and
+    /// pytorch policies place them: every tensor `read_write` (a tensor
+    /// library), half of them read-only (`split`: two placement classes), or
+    /// undeclared (`any`: a buffer each).
+    #[arg(long, value_enum, default_value_t = AccessMode::ReadWrite)]
+    access: AccessMode,
+    /// Frees take effect every N events only, as when the app submits every N
+    /// operations (a block dropped before a submit waits for it): what deferred
+    /// reuse costs. 0 (default): at once, as in PyTorch. Engine policies only.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    submit_every: u64,
     /// Simulated device memory in bytes (default: an H200's 141 GiB).
     #[arg(long, default_value_t = 141 << 30)]
     capacity: u64,
@@ -434,9 +445,11 @@ fn replay_cmd(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
     if !c.json {
         pb.println(format!("on {}", target.name()));
     }
-    let usage =
-        (wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC)
-            .bits();
+    let requests = Requests {
+        usage: vrampool::READ_WRITE_USAGE.bits(),
+        access: a.access,
+        submit_every: a.submit_every,
+    };
     let mut rows = Vec::new();
     let mut any_oom = false;
     for t in &traces {
@@ -463,7 +476,7 @@ fn replay_cmd(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
                         &mut make,
                         t,
                         limit,
-                        usage,
+                        requests,
                         a.min_budget,
                         &pb,
                         &mut |_| {},
@@ -513,7 +526,7 @@ fn replay_cmd(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
                         &mut make,
                         t,
                         limit,
-                        usage,
+                        requests,
                         a.min_budget,
                         &pb,
                         &mut probe,
@@ -577,19 +590,19 @@ fn one_run<B: Backend>(
     make: &mut dyn FnMut() -> Result<B>,
     t: &Trace,
     limit: Option<u64>,
-    usage: u32,
+    requests: Requests,
     find_min: bool,
     pb: &ProgressBar,
     probe: Probe<'_>,
 ) -> Result<(Outcome, Option<(f64, u64)>)> {
-    let out = replay::run_policy(kind, make, t, limit, usage, pb, probe)?;
+    let out = replay::run_policy(kind, make, t, limit, requests, pb, probe)?;
     let min = if find_min {
         pb.set_message(format!(
             "{} {}: bisecting the smallest budget",
             t.name,
             kind.name()
         ));
-        replay::min_budget(kind, make, t, usage, &ProgressBar::hidden())?
+        replay::min_budget(kind, make, t, requests, &ProgressBar::hidden())?
     } else {
         None
     };

@@ -49,6 +49,37 @@ impl PolicyKind {
     }
 }
 
+/// How a replay's blocks are bound, which decides where the engine places
+/// them (`replay --access`; the engine policies only). WebGPU validates usage
+/// per buffer, so blocks bound read-only and blocks bound read-write never
+/// share a segment, and a block bound both ways gets a buffer of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AccessMode {
+    /// Every tensor bound `read_write`, as a tensor library on wgpu binds
+    /// them (`Access::ReadWrite`): one placement class.
+    ReadWrite,
+    /// Half the tensors, chosen at random, bound only read-only: two classes,
+    /// each in segments of its own.
+    Split,
+    /// No declaration (`Access::Any`, the pool's default for storage): every
+    /// tensor a buffer of its own, reused whole.
+    Any,
+}
+
+/// How a replay asks for its blocks.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct Requests {
+    /// Usage bits of every request.
+    pub usage: u32,
+    /// How the blocks are bound.
+    pub access: AccessMode,
+    /// Frees take effect only every this many events, as when an app submits
+    /// its encoder every that many operations (`Reuse::AfterSubmit`: a block
+    /// dropped before the submit waits for it); 0 frees at once.
+    pub submit_every: u64,
+}
+
 /// Why a policy refused a request.
 #[derive(Debug)]
 pub enum Refusal {
@@ -102,7 +133,9 @@ pub trait Policy {
 pub struct EnginePolicy<B: Backend> {
     /// The engine.
     pub engine: Engine<B>,
-    usage: u32,
+    requests: Requests,
+    /// Allocations and frees so far.
+    ops: u64,
 }
 
 impl<B: Backend> EnginePolicy<B> {
@@ -111,13 +144,25 @@ impl<B: Backend> EnginePolicy<B> {
         backend: B,
         mut config: Config,
         limit: Option<u64>,
-        usage: u32,
+        requests: Requests,
     ) -> Result<Self, Error> {
         config.limit = limit.map(Limit::Bytes);
         Ok(EnginePolicy {
             engine: Engine::new(backend, config)?,
-            usage,
+            requests,
+            ops: 0,
         })
+    }
+
+    /// Counts an operation; every `submit_every` of them, the deferred frees
+    /// so far take effect, as a submit would make them.
+    fn op(&mut self) {
+        self.ops += 1;
+        let every = self.requests.submit_every;
+        if every > 0 && self.ops.is_multiple_of(every) {
+            let mark = self.engine.defer_mark();
+            self.engine.reclaim_deferred(mark);
+        }
     }
 }
 
@@ -125,16 +170,32 @@ impl<B: Backend> Policy for EnginePolicy<B> {
     type Handle = BlockId;
     const TRACKS_PEAK_CHEAPLY: bool = false;
     fn allocate(&mut self, size: u64) -> Result<BlockId, Refusal> {
-        match self.engine.allocate(Request::new(size, self.usage)) {
+        let mut req = Request::new(size, self.requests.usage);
+        match self.requests.access {
+            AccessMode::ReadWrite => {}
+            // A fixed hash of the operation number: half the tensors, spread
+            // evenly and the same on every run.
+            AccessMode::Split => {
+                req.group = (self.ops.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 63) as u8
+            }
+            AccessMode::Any => req.exclusive = true,
+        }
+        let r = self.engine.allocate(req);
+        self.op();
+        match r {
             Ok(a) => Ok(a.id),
             Err(Error::OutOfMemory(_)) => Err(Refusal::OutOfMemory),
             Err(e) => Err(Refusal::Fatal(e.to_string())),
         }
     }
     fn free(&mut self, h: BlockId) {
-        self.engine
-            .free(h)
-            .expect("the replay frees only blocks it allocated");
+        let r = if self.requests.submit_every > 0 {
+            self.engine.defer_free(h)
+        } else {
+            self.engine.free(h)
+        };
+        r.expect("the replay frees only blocks it allocated");
+        self.op();
     }
     fn figures(&self) -> Figures {
         let s = self.engine.stats();

@@ -10,7 +10,9 @@ use serde::Serialize;
 use vrampool::trace::Action;
 use vrampool::{Backend, Config, ReplayReport, Trace};
 
-use crate::policy::{EnginePolicy, Figures, NoCache, Policy, PolicyKind, Refusal, SizeClass};
+use crate::policy::{
+    EnginePolicy, Figures, NoCache, Policy, PolicyKind, Refusal, Requests, SizeClass,
+};
 
 /// One point of the timeline.
 #[derive(Debug, Clone, Copy, Serialize)]
@@ -56,20 +58,21 @@ pub fn run_policy<B: Backend>(
     make: &mut dyn FnMut() -> Result<B>,
     trace: &Trace,
     limit: Option<u64>,
-    usage: u32,
+    requests: Requests,
     bar: &ProgressBar,
     probe: Probe<'_>,
 ) -> Result<Outcome> {
     let b = make()?;
+    let usage = requests.usage;
     match kind {
         PolicyKind::Vrampool => drive(
-            &mut EnginePolicy::new(b, Config::default(), limit, usage)?,
+            &mut EnginePolicy::new(b, Config::default(), limit, requests)?,
             trace,
             bar,
             probe,
         ),
         PolicyKind::Pytorch => drive(
-            &mut EnginePolicy::new(b, Config::pytorch(), limit, usage)?,
+            &mut EnginePolicy::new(b, Config::pytorch(), limit, requests)?,
             trace,
             bar,
             probe,
@@ -185,7 +188,7 @@ pub fn min_budget<B: Backend>(
     kind: PolicyKind,
     make: &mut dyn FnMut() -> Result<B>,
     trace: &Trace,
-    usage: u32,
+    requests: Requests,
     bar: &ProgressBar,
 ) -> Result<Option<(f64, u64)>> {
     let hidden = ProgressBar::hidden();
@@ -196,7 +199,7 @@ pub fn min_budget<B: Backend>(
             make,
             trace,
             Some(limit),
-            usage,
+            requests,
             &hidden,
             &mut |_: Moment<'_>| {},
         )?;

@@ -8,8 +8,19 @@ use vrampool::BufferBlock;
 /// The tag shader.
 pub const TAG_WGSL: &str = include_str!("../../shaders/tag.wgsl");
 
-/// A real device on the first Vulkan adapter (Mesa lavapipe on CI), with the
-/// adapter's own limits. Panics with what to install when there is none.
+/// The backend the GPU tests run on: Vulkan (Mesa lavapipe in CI) unless
+/// `VRAMPOOL_TEST_BACKEND=gl` picks wgpu's GLES backend (Mesa llvmpipe
+/// through EGL, surfaceless).
+pub fn backend() -> wgpu::Backend {
+    match std::env::var("VRAMPOOL_TEST_BACKEND").as_deref() {
+        Ok("gl") => wgpu::Backend::Gl,
+        Ok("vulkan") | Err(_) => wgpu::Backend::Vulkan,
+        Ok(other) => panic!("VRAMPOOL_TEST_BACKEND={other}: expected vulkan or gl"),
+    }
+}
+
+/// A real device on the first adapter of [`backend`] (Mesa lavapipe on CI),
+/// with the adapter's own limits. Panics with what to install when there is none.
 pub fn device() -> (wgpu::Device, wgpu::Queue, wgpu::AdapterInfo) {
     device_with_budget(None)
 }
@@ -19,8 +30,9 @@ pub fn device() -> (wgpu::Device, wgpu::Queue, wgpu::AdapterInfo) {
 /// with a real out-of-memory error (where the driver reports a budget,
 /// `VK_EXT_memory_budget`), without exhausting the machine.
 pub fn device_with_budget(percent: Option<u8>) -> (wgpu::Device, wgpu::Queue, wgpu::AdapterInfo) {
+    let backend = backend();
     let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
-        backends: wgpu::Backends::VULKAN,
+        backends: wgpu::Backends::from(backend),
         memory_budget_thresholds: wgpu::MemoryBudgetThresholds {
             for_resource_creation: percent,
             for_device_loss: None,
@@ -29,9 +41,11 @@ pub fn device_with_budget(percent: Option<u8>) -> (wgpu::Device, wgpu::Queue, wg
     });
     let adapter =
         pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions::default()))
-            .expect(
-                "no Vulkan adapter: install one (Debian: apt-get install -y mesa-vulkan-drivers)",
-            );
+            .unwrap_or_else(|e| {
+                panic!(
+                    "no {backend:?} adapter ({e}): install one (Debian: apt-get install -y mesa-vulkan-drivers for Vulkan, libegl1 libgles2 libegl-mesa0 for GL)"
+                )
+            });
     let info = adapter.get_info();
     let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
         label: Some("vrampool tests"),
@@ -167,66 +181,27 @@ impl Tagger {
         }
     }
 
-    /// Records one dispatch per `(range, tag)` of each pass, in order, in one
-    /// submission; returns the two counters: `[mismatched tag words, non-zero words]`.
-    fn run(&self, passes: &[(&wgpu::ComputePipeline, &[(Range<'_>, u32)])]) -> [u32; 2] {
-        let n: usize = passes.iter().map(|p| p.1.len()).sum();
+    /// Starts a batch of at most `max` tag dispatches, to be recorded into
+    /// encoders the caller owns (see [`Batch`]).
+    pub fn batch(&self, max: u32) -> Batch<'_> {
         let params = self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("tag params"),
-            size: (n.max(1) * 256) as u64,
+            size: max.max(1) as u64 * 256,
             usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
-        let mut bytes = vec![0u8; n.max(1) * 256];
-        let mut k = 0;
-        for (_, ranges) in passes {
-            for (r, tag) in ranges.iter() {
-                bytes[k * 256..k * 256 + 4].copy_from_slice(&tag.to_le_bytes());
-                bytes[k * 256 + 4..k * 256 + 8]
-                    .copy_from_slice(&((r.size / 4) as u32).to_le_bytes());
-                k += 1;
-            }
+        Batch {
+            tagger: self,
+            params,
+            bytes: Vec::new(),
+            max,
         }
-        self.queue.write_buffer(&params, 0, &bytes);
-        self.queue.write_buffer(&self.errors, 0, &[0; 8]);
+    }
+
+    /// Reads the two counters the passes have added to since the last reset:
+    /// `[mismatched tag words, non-zero words]` (waits for the device).
+    pub fn read_errors(&self) -> [u32; 2] {
         let mut enc = self.device.create_command_encoder(&Default::default());
-        let mut k = 0u32;
-        for (pipeline, ranges) in passes {
-            for (r, _) in *ranges {
-                let bg = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
-                    label: None,
-                    layout: &self.layout,
-                    entries: &[
-                        wgpu::BindGroupEntry {
-                            binding: 0,
-                            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                                buffer: r.buffer,
-                                offset: r.offset,
-                                size: std::num::NonZeroU64::new(r.size),
-                            }),
-                        },
-                        wgpu::BindGroupEntry {
-                            binding: 1,
-                            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                                buffer: &params,
-                                offset: 0,
-                                size: std::num::NonZeroU64::new(8),
-                            }),
-                        },
-                        wgpu::BindGroupEntry {
-                            binding: 2,
-                            resource: self.errors.as_entire_binding(),
-                        },
-                    ],
-                });
-                let groups = (r.size / 4).div_ceil(64) as u32;
-                let mut pass = enc.begin_compute_pass(&Default::default());
-                pass.set_pipeline(pipeline);
-                pass.set_bind_group(0, &bg, &[k * 256]);
-                pass.dispatch_workgroups(groups.min(65535), groups.div_ceil(65535), 1);
-                k += 1;
-            }
-        }
         enc.copy_buffer_to_buffer(&self.errors, 0, &self.readback, 0, 8);
         self.queue.submit([enc.finish()]);
         self.readback
@@ -243,6 +218,28 @@ impl Tagger {
         counts
     }
 
+    /// Sets both counters to zero (at the next submit, ahead of its commands).
+    pub fn reset_errors(&self) {
+        self.queue.write_buffer(&self.errors, 0, &[0; 8]);
+    }
+
+    /// Records one dispatch per `(range, tag)` of each pass, in order, in one
+    /// submission; returns the two counters: `[mismatched tag words, non-zero words]`.
+    fn run(&self, passes: &[(Pass, &[(Range<'_>, u32)])]) -> [u32; 2] {
+        let n: usize = passes.iter().map(|p| p.1.len()).sum();
+        let mut batch = self.batch(n as u32);
+        let mut enc = self.device.create_command_encoder(&Default::default());
+        for (pass, ranges) in passes {
+            for (r, tag) in *ranges {
+                assert!(batch.record(&mut enc, *pass, *r, *tag), "sized for n");
+            }
+        }
+        self.reset_errors();
+        batch.finish();
+        self.queue.submit([enc.finish()]);
+        self.read_errors()
+    }
+
     /// One step of a long integrity run, in one submission: counts the non-zero
     /// words of `zeroed` (blocks handed out as zeroed), writes each `(range,
     /// tag)` of `write` (blocks new since the last step), then verifies every
@@ -257,9 +254,9 @@ impl Tagger {
     ) -> (u32, u32) {
         let zeroed: Vec<_> = zeroed.iter().map(|r| (*r, 0)).collect();
         let [corrupt, nonzero] = self.run(&[
-            (&self.nonzero, &zeroed),
-            (&self.write, write),
-            (&self.verify, verify),
+            (Pass::CountNonzero, &zeroed),
+            (Pass::Write, write),
+            (Pass::Verify, verify),
         ]);
         (corrupt, nonzero)
     }
@@ -267,13 +264,111 @@ impl Tagger {
     /// Writes each range's tag, then verifies all; returns the corrupted words.
     pub fn tag_and_verify(&self, ranges: &[Range<'_>]) -> u32 {
         let tagged: Vec<_> = ranges.iter().zip(1..).map(|(r, t)| (*r, t)).collect();
-        self.run(&[(&self.write, &tagged), (&self.verify, &tagged)])[0]
+        self.run(&[(Pass::Write, &tagged), (Pass::Verify, &tagged)])[0]
     }
 
     /// Counts non-zero words in the ranges.
     pub fn count_nonzero(&self, ranges: &[Range<'_>]) -> u32 {
         let ranges: Vec<_> = ranges.iter().map(|r| (*r, 0)).collect();
-        self.run(&[(&self.nonzero, &ranges)])[1]
+        self.run(&[(Pass::CountNonzero, &ranges)])[1]
+    }
+}
+
+/// What one tag dispatch does to its range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pass {
+    /// Writes the tag's pattern.
+    Write,
+    /// Counts words that differ from the tag's pattern (mismatched tag words).
+    Verify,
+    /// Counts non-zero words.
+    CountNonzero,
+}
+
+/// Tag dispatches recorded into encoders the caller owns and submits: each
+/// dispatch's parameters go to one uniform buffer, written by
+/// [`Batch::finish`], which must be called before the submit (a staged
+/// write runs at the next submit, ahead of its command buffers).
+pub struct Batch<'t> {
+    tagger: &'t Tagger,
+    params: wgpu::Buffer,
+    bytes: Vec<u8>,
+    max: u32,
+}
+
+impl Batch<'_> {
+    /// Dispatches recorded so far.
+    pub fn len(&self) -> u32 {
+        (self.bytes.len() / 256) as u32
+    }
+
+    /// Whether none is.
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+
+    /// Records `pass` over `range` with `tag` into `enc`; `false` when the
+    /// batch is full (nothing recorded).
+    pub fn record(
+        &mut self,
+        enc: &mut wgpu::CommandEncoder,
+        pass: Pass,
+        r: Range<'_>,
+        tag: u32,
+    ) -> bool {
+        let k = self.len();
+        if k == self.max {
+            return false;
+        }
+        let mut entry = [0u8; 256];
+        entry[..4].copy_from_slice(&tag.to_le_bytes());
+        entry[4..8].copy_from_slice(&((r.size / 4) as u32).to_le_bytes());
+        self.bytes.extend_from_slice(&entry);
+        let t = self.tagger;
+        let bg = t.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &t.layout,
+            entries: &[
+                wgpu::BindGroupEntry {
+                    binding: 0,
+                    resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                        buffer: r.buffer,
+                        offset: r.offset,
+                        size: std::num::NonZeroU64::new(r.size),
+                    }),
+                },
+                wgpu::BindGroupEntry {
+                    binding: 1,
+                    resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                        buffer: &self.params,
+                        offset: 0,
+                        size: std::num::NonZeroU64::new(8),
+                    }),
+                },
+                wgpu::BindGroupEntry {
+                    binding: 2,
+                    resource: t.errors.as_entire_binding(),
+                },
+            ],
+        });
+        let pipeline = match pass {
+            Pass::Write => &t.write,
+            Pass::Verify => &t.verify,
+            Pass::CountNonzero => &t.nonzero,
+        };
+        let groups = (r.size / 4).div_ceil(64) as u32;
+        let mut cpass = enc.begin_compute_pass(&Default::default());
+        cpass.set_pipeline(pipeline);
+        cpass.set_bind_group(0, &bg, &[k * 256]);
+        cpass.dispatch_workgroups(groups.min(65535), groups.div_ceil(65535), 1);
+        true
+    }
+
+    /// Writes the recorded dispatches' parameters (call before the submit).
+    pub fn finish(self) {
+        if !self.bytes.is_empty() {
+            self.tagger.queue.write_buffer(&self.params, 0, &self.bytes);
+        }
     }
 }
 
@@ -292,4 +387,48 @@ impl Rng {
     pub fn below(&mut self, n: u64) -> u64 {
         self.next_u64() % n
     }
+}
+
+/// Copies `block`'s range into a fresh mappable buffer, waits, and returns its bytes.
+pub fn read_back(pool: &vrampool::Pool, block: &BufferBlock) -> Vec<u8> {
+    read_range(
+        pool.device(),
+        pool.queue(),
+        block.buffer(),
+        block.offset(),
+        block.size(),
+    )
+}
+
+/// Copies `size` bytes of `buffer` at `offset` into a fresh mappable buffer,
+/// waits, and returns them.
+pub fn read_range(
+    device: &wgpu::Device,
+    queue: &wgpu::Queue,
+    buffer: &wgpu::Buffer,
+    offset: u64,
+    size: u64,
+) -> Vec<u8> {
+    let staging = device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("read back"),
+        size,
+        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+        mapped_at_creation: false,
+    });
+    let mut enc = device.create_command_encoder(&Default::default());
+    enc.copy_buffer_to_buffer(buffer, offset, &staging, 0, size);
+    queue.submit([enc.finish()]);
+    staging
+        .slice(..)
+        .map_async(wgpu::MapMode::Read, |r| r.expect("map read back"));
+    device
+        .poll(wgpu::PollType::wait_indefinitely())
+        .expect("poll");
+    let bytes = staging
+        .slice(..)
+        .get_mapped_range()
+        .expect("mapped")
+        .to_vec();
+    staging.unmap();
+    bytes
 }

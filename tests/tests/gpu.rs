@@ -3,7 +3,7 @@
 //! lowers wgpu's own allocator report, out-of-memory is an error the pool
 //! survives.
 
-use vrampool::{AllocDesc, Config, Error, Limit, Pool, PoolBuffer, PoolOptions};
+use vrampool::{Access, AllocDesc, Config, Error, Limit, Pool, PoolBuffer, PoolOptions};
 use vrampool_tests::{Range, Rng, Tagger, device, pool_with};
 use wgpu::BufferUsages as U;
 
@@ -56,13 +56,30 @@ fn live_blocks_never_share_bytes_on_the_gpu() {
                 6..=8 => (64 << 10) + rng.below(1 << 20),
                 _ => (1 << 20) + rng.below(6 << 20),
             } & !3;
+            // Every placement: packed read-write and read-only blocks, and
+            // blocks with a buffer of their own.
+            let access = [
+                Access::ReadWrite,
+                Access::ReadWrite,
+                Access::ReadOnly,
+                Access::Any,
+            ][rng.below(4) as usize];
             live.push(
-                pool.alloc(AllocDesc::storage(size.max(4)).label("tagged"))
-                    .unwrap(),
+                pool.alloc(
+                    AllocDesc::storage(size.max(4))
+                        .access(access)
+                        .label("tagged"),
+                )
+                .unwrap(),
             );
         } else {
             let i = rng.below(live.len() as u64) as usize;
             live.swap_remove(i);
+        }
+        if step % 50 == 49 {
+            // A frame: nothing recorded is left unsubmitted, so what was
+            // dropped may be reused.
+            pool.submitted();
         }
         if step % 500 == 499 {
             let ranges: Vec<Range> = live.iter().map(|b| Range::from(&**b)).collect();
@@ -101,6 +118,7 @@ fn zeroed_reuse_reads_back_zeros() {
         .write_buffer(a.buffer(), a.offset(), &vec![0xAB; size as usize]);
     pool.queue().submit([]);
     drop(a);
+    pool.submitted(); // the write was submitted: a's bytes may be reused
 
     // Without zeroing, the reused block shows the old bytes: the test below is meaningful.
     let b = pool.alloc(AllocDesc::storage(size)).unwrap();
@@ -111,6 +129,7 @@ fn zeroed_reuse_reads_back_zeros() {
     );
     assert_eq!(tagger.count_nonzero(&[Range::from(&*b)]), (size / 4) as u32);
     drop(b);
+    pool.submitted();
 
     let hits = pool.stats().counters.cache_hits;
     let c = pool.alloc(AllocDesc::storage(size).zeroed()).unwrap();
@@ -123,9 +142,15 @@ fn zeroed_reuse_reads_back_zeros() {
 fn empty_cache_lowers_wgpus_reserved_bytes() {
     let pool = pool();
     let segment = 300u64 << 20; // above gpu-allocator's 256 MiB blocks: dedicated memory
-    let before = pool
-        .allocator_report()
-        .expect("wgpu's Vulkan backend gives an allocator report");
+    let Some(before) = pool.allocator_report() else {
+        // wgpu's GL backend has no allocator to report on.
+        assert_eq!(vrampool_tests::backend(), wgpu::Backend::Gl);
+        eprintln!(
+            "skipped: the {:?} backend gives no allocator report",
+            vrampool_tests::backend()
+        );
+        return;
+    };
     let blocks: Vec<_> = (0..3)
         .map(|_| pool.alloc(AllocDesc::storage(segment)).unwrap())
         .collect();
@@ -135,8 +160,11 @@ fn empty_cache_lowers_wgpus_reserved_bytes() {
     assert_eq!(
         s.total.reserved_bytes.current,
         3 * segment,
-        "freed blocks stay cached"
+        "freed blocks stay held"
     );
+    // No submit was declared: they are pending, and empty_cache abandons
+    // their segments (wgpu frees an idle buffer as soon as it is dropped).
+    assert_eq!(s.total.pending_bytes.current, 3 * segment);
     let held = pool.allocator_report().unwrap();
     assert!(held.total_reserved_bytes >= before.total_reserved_bytes + 3 * segment);
 
@@ -151,6 +179,8 @@ fn empty_cache_lowers_wgpus_reserved_bytes() {
     );
     let s = pool.stats();
     assert_eq!(s.total.reserved_bytes.current, 0);
+    assert_eq!(s.total.pending_bytes.current, 0);
+    assert_eq!(s.counters.segments_abandoned, 3);
     assert_eq!(s.counters.last_empty_cache_bytes, 3 * segment);
 }
 
@@ -287,6 +317,7 @@ fn staging_buffers_are_reused_only_once_unmapped() {
     assert!(read(&staging).iter().all(|&b| b == 7));
     let buffer = staging.buffer().clone();
     drop(staging); // dropped while mapped: the pool unmaps it
+    pool.submitted(); // its copy was submitted
     let again = pool.alloc(AllocDesc::storage(4096).usage(usage)).unwrap();
     assert_eq!(again.buffer(), &buffer, "the staging buffer was reused");
     assert!(read(&again).iter().all(|&b| b == 7), "and maps again");
@@ -324,7 +355,7 @@ fn stats_snapshot_and_leak_report_on_a_real_device() {
 }
 
 #[test]
-fn runs_on_a_real_vulkan_adapter() {
+fn runs_on_the_chosen_backend() {
     let (device, _, info) = device();
     println!(
         "adapter: {} ({:?}, {:?}, driver {} {}); max_buffer_size {}",
@@ -335,7 +366,7 @@ fn runs_on_a_real_vulkan_adapter() {
         info.driver_info,
         device.limits().max_buffer_size
     );
-    assert_eq!(info.backend, wgpu::Backend::Vulkan);
+    assert_eq!(info.backend, vrampool_tests::backend());
     assert!(device.limits().max_buffer_size >= 256 << 20);
 }
 

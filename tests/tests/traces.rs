@@ -150,13 +150,15 @@ fn a_scaled_trace_replays_on_lavapipe() {
     for e in &t.events {
         match e.action {
             vrampool::trace::Action::Allocate => {
-                live.insert(
-                    e.pointer,
-                    pool.alloc(vrampool::AllocDesc::storage(e.size)).unwrap(),
-                );
+                // Tensors: bound read_write, packed like the engine's requests.
+                let desc = vrampool::AllocDesc::storage(e.size).read_write();
+                live.insert(e.pointer, pool.alloc(desc).unwrap());
             }
             vrampool::trace::Action::Free => {
                 live.remove(&e.pointer).expect("validated trace");
+                // No command was recorded: the block may be reused at once,
+                // in trace order, as the engine's replay does.
+                pool.submitted();
             }
         }
     }

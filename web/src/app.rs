@@ -143,7 +143,7 @@ async fn replay_gpu(model: Shared, n: usize) {
         };
         match e.action {
             Action::Allocate => {
-                let got = alloc_gpu(&pool, e.size, Usage::Storage).await;
+                let got = alloc_gpu(&pool, e.size, Usage::Tensor).await;
                 let mut b = model.borrow_mut();
                 let Some(m) = b.as_mut() else { return };
                 match got {
@@ -159,6 +159,8 @@ async fn replay_gpu(model: Shared, n: usize) {
                 let mut b = model.borrow_mut();
                 if let Some(r) = b.as_mut().and_then(|m| m.replay.as_mut()) {
                     r.live.remove(&e.pointer);
+                    // No command used it: reusable at once, in trace order.
+                    pool.submitted();
                 }
             }
         }
@@ -944,6 +946,7 @@ fn SegmentMap(map: RwSignal<MapView>) -> impl IntoView {
                             BlockKind::Live => "live",
                             BlockKind::Cached => "cached",
                             BlockKind::Free => "free",
+                            BlockKind::Pending => "pending",
                         };
                         let tip = format!(
                             "{} {} at +{}{}",

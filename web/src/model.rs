@@ -7,8 +7,9 @@ use std::rc::Rc;
 
 use vrampool::trace::Action;
 use vrampool::{
-    AllocDesc, BlockId, Config, Engine, Error, GPU_USAGE, Growth, Limit, Pool, PoolBuffer,
-    PoolOptions, Request, SimulatedDevice, Snapshot, SnapshotState, Stats, Trace, fmt_bytes,
+    Access, AllocDesc, BlockId, Config, Engine, Error, Growth, Limit, Pool, PoolBuffer,
+    PoolOptions, READ_WRITE_USAGE, Request, SimulatedDevice, Snapshot, SnapshotState, Stats, Trace,
+    fmt_bytes,
 };
 
 /// The simulated device's memory, and WebGPU's default `max_buffer_size`.
@@ -53,6 +54,9 @@ pub enum Usage {
     Vertex,
     /// MAP_READ | COPY_DST: a staging buffer (exclusive).
     Readback,
+    /// STORAGE | COPY_SRC | COPY_DST bound only read_write: a replayed
+    /// trace's tensors, packed as the harness's replay packs them.
+    Tensor,
 }
 
 impl Usage {
@@ -68,7 +72,7 @@ impl Usage {
     fn wgpu(self) -> wgpu::BufferUsages {
         use wgpu::BufferUsages as U;
         match self {
-            Usage::Storage => U::STORAGE | U::COPY_SRC | U::COPY_DST,
+            Usage::Storage | Usage::Tensor => U::STORAGE | U::COPY_SRC | U::COPY_DST,
             Usage::Uniform => U::UNIFORM | U::COPY_DST,
             Usage::Vertex => U::VERTEX | U::COPY_DST,
             Usage::Readback => U::MAP_READ | U::COPY_DST,
@@ -76,8 +80,12 @@ impl Usage {
     }
     /// What the pool is asked for: `size` bytes of this usage, labelled with it.
     pub fn desc(self, size: u64) -> AllocDesc<'static> {
-        AllocDesc::storage(size)
-            .usage(self.wgpu())
+        let access = match self {
+            Usage::Tensor => Access::ReadWrite,
+            _ => Access::Any,
+        };
+        AllocDesc::new(size, self.wgpu())
+            .access(access)
             .label(self.label())
     }
     fn label(self) -> &'static str {
@@ -86,6 +94,7 @@ impl Usage {
             Usage::Uniform => "uniform",
             Usage::Vertex => "vertex",
             Usage::Readback => "readback",
+            Usage::Tensor => "tensor",
         }
     }
 }
@@ -316,7 +325,15 @@ impl Model {
     /// Frees a handle.
     pub fn release(&mut self, h: Handle) {
         match (h, &mut self.device) {
-            (Handle::Gpu(b), _) => drop(b),
+            (Handle::Gpu(b), device) => {
+                drop(b);
+                // The page records no command with the blocks it frees here
+                // (training submits its own through Pool::submit): they may
+                // be reused at once.
+                if let Device::Gpu(pool) = device {
+                    pool.submitted();
+                }
+            }
             (Handle::Sim(id), Device::Sim(e)) => {
                 let _ = e.free(id);
             }
@@ -398,7 +415,7 @@ impl Model {
             growth,
             limit: budget.map(Limit::Bytes),
             cache_limit,
-            default_usage: GPU_USAGE.bits(),
+            default_usage: READ_WRITE_USAGE.bits(),
             ..Config::default()
         };
         match &mut self.device {
@@ -505,7 +522,7 @@ impl Model {
                 return;
             };
             match e.action {
-                Action::Allocate => match self.alloc_sim(e.size, Usage::Storage) {
+                Action::Allocate => match self.alloc_sim(e.size, Usage::Tensor) {
                     Ok(h) => {
                         self.replay
                             .as_mut()
@@ -546,12 +563,7 @@ impl Model {
 /// Allocates on the GPU pool, awaiting the device's error scopes (the browser's
 /// way): the pool releases its cache and retries before it reports an OOM.
 pub async fn alloc_gpu(pool: &Pool, size: u64, usage: Usage) -> Result<PoolBuffer, Error> {
-    pool.alloc_async(
-        AllocDesc::storage(size)
-            .usage(usage.wgpu())
-            .label(usage.label()),
-    )
-    .await
+    pool.alloc_async(usage.desc(size)).await
 }
 
 /// How a segment's blocks are coloured in the segment map.
@@ -563,6 +575,9 @@ pub enum BlockKind {
     Cached,
     /// In a segment with no live block: `empty_cache` would release it.
     Free,
+    /// Dropped while commands recorded before the drop may not have been
+    /// submitted: not reused until the pool learns of the submit.
+    Pending,
 }
 
 /// One bar of the segment map.
@@ -598,6 +613,7 @@ pub fn segment_views(s: &Snapshot, max: usize) -> (Vec<SegmentView>, usize) {
                     .map(|b| {
                         let kind = match (b.state, any_live) {
                             (SnapshotState::Live, _) => BlockKind::Live,
+                            (SnapshotState::Pending, _) => BlockKind::Pending,
                             (SnapshotState::Free, true) => BlockKind::Cached,
                             (SnapshotState::Free, false) => BlockKind::Free,
                         };
@@ -744,8 +760,9 @@ mod tests {
     #[test]
     fn segment_map_marks_live_cached_and_free() {
         let mut m = Model::simulated("test");
-        let a = m.alloc_sim(1 << 20, Usage::Storage).unwrap();
-        let b = m.alloc_sim(1 << 20, Usage::Storage).unwrap();
+        // Tensors share segments (read_write); storage blocks with no declaration do not.
+        let a = m.alloc_sim(1 << 20, Usage::Tensor).unwrap();
+        let b = m.alloc_sim(1 << 20, Usage::Tensor).unwrap();
         m.release(a);
         let (views, hidden) = segment_views(&m.snapshot(), 10);
         assert_eq!(hidden, 0);

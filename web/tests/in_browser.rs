@@ -2,7 +2,9 @@
 //! headless Chromium (scripts/test.sh). Natively this file is empty: these
 //! paths — error scopes that resolve asynchronously, `alloc_async` releasing
 //! and retrying under a budget, `map_async` without `poll` — exist only in the
-//! browser.
+//! browser. The embedding cases (a uniform, a read-only input and a
+//! read-write output in one dispatch; a temporary dropped before its encoder
+//! is submitted) are checked here as tests/tests/embedding.rs checks them natively.
 #![cfg(target_arch = "wasm32")]
 
 use vrampool::{AllocDesc, Config, Error, Limit, Pool, PoolOptions};
@@ -34,7 +36,8 @@ async fn async_oom_releases_the_cache_retries_and_reports() {
     let p = pool(Some(16 << 20)).await;
     let a = p.alloc_async(AllocDesc::storage(5 << 20)).await.unwrap();
     let b = p.alloc_async(AllocDesc::storage(5 << 20)).await.unwrap();
-    drop(a); // cached
+    drop(a);
+    p.submitted(); // nothing recorded used it: cached
     // 8 MiB fits only if the cached 5 MiB segment is released first.
     let c = p.alloc_async(AllocDesc::storage(8 << 20)).await.unwrap();
     let s = p.stats();
@@ -67,6 +70,168 @@ async fn too_large_for_the_device_is_an_error_not_a_panic() {
         other => panic!("expected TooLarge, got {:?}", other.map(|b| b.size())),
     }
     assert!(p.alloc_async(AllocDesc::storage(1 << 20)).await.is_ok());
+}
+
+/// Copies `size` bytes at `offset` of `buffer` through a fresh staging buffer
+/// and returns them (awaiting the map: no poll in the browser).
+async fn read(p: &Pool, buffer: &wgpu::Buffer, offset: u64, size: u64) -> Vec<u8> {
+    use wgpu::BufferUsages as U;
+    let staging = p.device().create_buffer(&wgpu::BufferDescriptor {
+        label: Some("read back"),
+        size,
+        usage: U::MAP_READ | U::COPY_DST,
+        mapped_at_creation: false,
+    });
+    let mut enc = p.device().create_command_encoder(&Default::default());
+    enc.copy_buffer_to_buffer(buffer, offset, &staging, 0, size);
+    p.queue().submit([enc.finish()]);
+    let (tx, rx) = futures_channel::oneshot::channel();
+    staging.slice(..).map_async(wgpu::MapMode::Read, move |r| {
+        let _ = tx.send(r);
+    });
+    rx.await.unwrap().unwrap();
+    let bytes = staging.slice(..).get_mapped_range().unwrap().to_vec();
+    staging.unmap();
+    bytes
+}
+
+const SCALE_WGSL: &str = r#"
+struct U { scale: u32, shift: u32, n: u32, pad: u32 }
+@group(0) @binding(0) var<uniform> u: U;
+@group(0) @binding(1) var<storage, read> input: array<u32>;
+@group(0) @binding(2) var<storage, read_write> output: array<u32>;
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) id: vec3<u32>) {
+    if (id.x < u.n) { output[id.x] = input[id.x] * u.scale + u.shift; }
+}
+"#;
+
+#[wasm_bindgen_test]
+async fn a_dispatch_binds_a_uniform_a_read_only_input_and_a_read_write_output() {
+    use wgpu::BufferUsages as U;
+    let p = pool(None).await;
+    let n = 1000u32;
+    let uniform = p
+        .alloc_async(AllocDesc::storage(16).usage(U::UNIFORM | U::COPY_DST))
+        .await
+        .unwrap();
+    let input = p
+        .alloc_async(AllocDesc::storage(4 * n as u64))
+        .await
+        .unwrap();
+    let output = p
+        .alloc_async(AllocDesc::storage(4 * n as u64))
+        .await
+        .unwrap();
+    let words = |w: &[u32]| -> Vec<u8> { w.iter().flat_map(|x| x.to_le_bytes()).collect() };
+    p.queue()
+        .write_buffer(uniform.buffer(), uniform.offset(), &words(&[3, 7, n, 0]));
+    let data: Vec<u32> = (0..n).collect();
+    p.queue()
+        .write_buffer(input.buffer(), input.offset(), &words(&data));
+    let device = p.device();
+    let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
+    let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+        label: Some("scale"),
+        source: wgpu::ShaderSource::Wgsl(SCALE_WGSL.into()),
+    });
+    let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+        label: Some("scale"),
+        layout: None,
+        module: &module,
+        entry_point: Some("main"),
+        compilation_options: Default::default(),
+        cache: None,
+    });
+    let group = device.create_bind_group(&wgpu::BindGroupDescriptor {
+        label: Some("scale"),
+        layout: &pipeline.get_bind_group_layout(0),
+        entries: &[
+            wgpu::BindGroupEntry {
+                binding: 0,
+                resource: uniform.binding(),
+            },
+            wgpu::BindGroupEntry {
+                binding: 1,
+                resource: input.binding(),
+            },
+            wgpu::BindGroupEntry {
+                binding: 2,
+                resource: output.binding(),
+            },
+        ],
+    });
+    let mut enc = device.create_command_encoder(&Default::default());
+    {
+        let mut pass = enc.begin_compute_pass(&Default::default());
+        pass.set_pipeline(&pipeline);
+        pass.set_bind_group(0, &group, &[]);
+        pass.dispatch_workgroups(n.div_ceil(64), 1, 1);
+    }
+    p.queue().submit([enc.finish()]);
+    let error = scope.pop().await;
+    assert!(error.is_none(), "WebGPU refused the dispatch: {error:?}");
+    let got = read(&p, output.buffer(), output.offset(), 4 * n as u64).await;
+    let want: Vec<u8> = words(&data.iter().map(|x| x * 3 + 7).collect::<Vec<_>>());
+    assert_eq!(got, want);
+}
+
+/// A temporary filled with 0x5A, a copy out of it recorded into an encoder,
+/// the temporary dropped, then `next` run before the encoder is submitted.
+/// Returns what the copy read.
+async fn copy_out_of_a_dropped_temporary(p: &Pool, zeroed_next: bool) -> Vec<u8> {
+    use wgpu::BufferUsages as U;
+    let size = 64 << 10;
+    let dst = p.device().create_buffer(&wgpu::BufferDescriptor {
+        label: Some("outside the pool"),
+        size,
+        usage: U::COPY_DST | U::COPY_SRC,
+        mapped_at_creation: false,
+    });
+    let tmp = p.alloc_async(AllocDesc::storage(size)).await.unwrap();
+    p.queue()
+        .write_buffer(tmp.buffer(), tmp.offset(), &vec![0x5A; size as usize]);
+    p.queue().submit([]);
+    let mut enc = p.device().create_command_encoder(&Default::default());
+    enc.copy_buffer_to_buffer(tmp.buffer(), tmp.offset(), &dst, 0, size);
+    drop(tmp);
+    let next = if zeroed_next {
+        p.alloc_async(AllocDesc::storage(size).zeroed())
+            .await
+            .unwrap()
+    } else {
+        let next = p.alloc_async(AllocDesc::storage(size)).await.unwrap();
+        p.queue()
+            .write_buffer(next.buffer(), next.offset(), &vec![0xC3; size as usize]);
+        next
+    };
+    p.queue().submit([enc.finish()]);
+    let want = if zeroed_next { 0 } else { 0xC3 };
+    let theirs = read(p, next.buffer(), next.offset(), size).await;
+    assert!(theirs.iter().all(|&b| b == want), "the next owner's bytes");
+    read(p, &dst, 0, size).await
+}
+
+#[wasm_bindgen_test]
+async fn a_temporary_dropped_before_submit_is_not_cleared_for_the_next_zeroed_block() {
+    let p = pool(None).await;
+    let got = copy_out_of_a_dropped_temporary(&p, true).await;
+    assert!(
+        got.iter().all(|&b| b == 0x5A),
+        "the copy read {:#x}",
+        got[0]
+    );
+}
+
+#[wasm_bindgen_test]
+async fn a_temporary_dropped_before_submit_never_shows_the_next_owners_writes() {
+    let p = pool(None).await;
+    let got = copy_out_of_a_dropped_temporary(&p, false).await;
+    assert!(
+        got.iter().all(|&b| b == 0x5A),
+        "the copy read {:#x}",
+        got[0]
+    );
 }
 
 #[wasm_bindgen_test]

@@ -11,7 +11,7 @@
 
 use rand::{Rng, SeedableRng, rngs::SmallRng};
 use vrampool::{
-    AllocDesc, Config, Engine, Error, Limit, Pool, PoolBuffer, PoolOptions, Request,
+    Access, AllocDesc, Config, Engine, Error, Limit, Pool, PoolBuffer, PoolOptions, Request,
     SimulatedDevice, Stats,
 };
 
@@ -81,6 +81,21 @@ impl Default for MlpConfig {
     }
 }
 
+/// What a tensor is to the passes, which decides where the pool puts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// The parameters, bound `var<uniform>`.
+    Uniform,
+    /// Written by `queue.write_buffer`, only read by passes (`var<storage, read>`).
+    Input,
+    /// Only written by passes (`var<storage, read_write>`), then copied.
+    Output,
+    /// Written by one pass and read by another: bound both ways.
+    Both,
+    /// A MAP_READ staging buffer (the loss read back).
+    Readback,
+}
+
 /// One tensor the workload allocates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Tensor {
@@ -90,8 +105,8 @@ pub struct Tensor {
     pub size: u64,
     /// Kept for the whole run (weights), or allocated and dropped every step.
     pub persistent: bool,
-    /// A MAP_READ staging buffer (the loss read back).
-    pub readback: bool,
+    /// How the passes use it.
+    pub role: Role,
 }
 
 impl MlpConfig {
@@ -119,48 +134,28 @@ pub fn plan(c: &MlpConfig) -> Vec<Tensor> {
         c.hidden as u64,
         c.d_out as u64,
     );
-    let t = |label, floats: u64, persistent| Tensor {
+    let t = |label, words: u64, persistent, role| Tensor {
         label,
-        size: 4 * floats,
+        size: 4 * words,
         persistent,
-        readback: false,
+        role,
     };
     vec![
-        Tensor {
-            label: "params",
-            size: PARAMS_BYTES,
-            persistent: true,
-            readback: false,
-        },
-        Tensor {
-            label: "w1",
-            size: 4 * c.weight_words(i * h),
-            persistent: true,
-            readback: false,
-        },
-        t("b1", h, true),
-        Tensor {
-            label: "w2",
-            size: 4 * c.weight_words(h * o),
-            persistent: true,
-            readback: false,
-        },
-        t("b2", o, true),
-        t("x", b * i, false),
-        t("t", b * o, false),
-        t("h", b * h, false),
-        t("dy", b * o, false),
-        t("loss", b, false),
-        t("dh", b * h, false),
-        t("gw2", h * o, false),
-        t("gw1", i * h, false),
-        t("gb", h + o, false),
-        Tensor {
-            label: "loss readback",
-            size: 4 * b,
-            persistent: false,
-            readback: true,
-        },
+        t("params", PARAMS_BYTES / 4, true, Role::Uniform),
+        t("w1", c.weight_words(i * h), true, Role::Both),
+        t("b1", h, true, Role::Both),
+        t("w2", c.weight_words(h * o), true, Role::Both),
+        t("b2", o, true, Role::Both),
+        t("x", b * i, false, Role::Input),
+        t("t", b * o, false, Role::Input),
+        t("h", b * h, false, Role::Both),
+        t("dy", b * o, false, Role::Both),
+        t("loss", b, false, Role::Output),
+        t("dh", b * h, false, Role::Both),
+        t("gw2", h * o, false, Role::Both),
+        t("gw1", i * h, false, Role::Both),
+        t("gb", h + o, false, Role::Both),
+        t("loss readback", b, false, Role::Readback),
     ]
 }
 
@@ -404,9 +399,12 @@ impl Trainer {
         (x, t)
     }
 
-    /// One training step: allocates the step's tensors from `pool`, runs the
-    /// eight passes, drops the tensors. With `read_loss` it waits for the GPU
-    /// and returns the loss.
+    /// One training step: allocates the step's tensors from `pool`, records
+    /// the eight passes, drops the tensors and submits through
+    /// [`Pool::submit`], so the next step reuses them. With `read_loss` it
+    /// waits for the GPU, returns the loss, and tells the pool (with
+    /// [`Pool::submitted`]) that the staging buffer's copy was submitted:
+    /// call it with no encoder of your own holding dropped pool blocks.
     pub async fn step(&mut self, pool: &Pool, read_loss: bool) -> Result<StepReport, Error> {
         let c = self.cfg;
         let device = pool.device();
@@ -439,32 +437,45 @@ impl Trainer {
         let (xs, ts) = self.batch();
         queue.write_buffer(x.buffer(), x.offset(), bytemuck::cast_slice(&xs));
         queue.write_buffer(t.buffer(), t.offset(), bytemuck::cast_slice(&ts));
-        let bindings: [(u32, &PoolBuffer); 14] = [
-            (0, &self.params),
-            (1, &x),
-            (2, &t),
-            (3, &self.weights[0]),
-            (4, &self.weights[1]),
-            (5, &self.weights[2]),
-            (6, &self.weights[3]),
-            (7, &h),
-            (8, &dy),
-            (9, &dh),
-            (10, &gw1),
-            (11, &gw2),
-            (12, &gb),
-            (13, &loss),
+        // Binding n of shaders/mlp.wgsl: the read views (1..=12), the loss
+        // (13), then the read_write views of the tensors bound both ways.
+        let [w1, b1, w2, b2] = &self.weights;
+        let bindings: [&PoolBuffer; 24] = [
+            &self.params,
+            &x,
+            &t,
+            w1,
+            b1,
+            w2,
+            b2,
+            &h,
+            &dy,
+            &dh,
+            &gw1,
+            &gw2,
+            &gb,
+            &loss,
+            w1,
+            b1,
+            w2,
+            b2,
+            &h,
+            &dy,
+            &dh,
+            &gw1,
+            &gw2,
+            &gb,
         ];
         // Which bindings each entry point uses (its automatic layout has only those).
         const USES: [&[u32]; 8] = [
-            &[0, 1, 3, 4, 7],
-            &[0, 2, 5, 6, 7, 8, 13],
-            &[0, 5, 7, 8, 9],
-            &[0, 7, 8, 11, 12],
-            &[0, 1, 9, 10, 12],
-            &[0, 3, 10],
-            &[0, 5, 11],
-            &[0, 4, 6, 12],
+            &[0, 1, 3, 4, 18],
+            &[0, 2, 5, 6, 7, 13, 19],
+            &[0, 5, 7, 8, 20],
+            &[0, 7, 8, 22, 23],
+            &[0, 1, 9, 21, 23],
+            &[0, 10, 14],
+            &[0, 11, 16],
+            &[0, 12, 15, 17],
         ];
         let (b, i, hd, o) = (c.batch, c.d_in, c.hidden, c.d_out);
         let per = c.dtype.per_word() as u32;
@@ -491,7 +502,7 @@ impl Trainer {
                     .iter()
                     .map(|&n| wgpu::BindGroupEntry {
                         binding: n,
-                        resource: bindings[n as usize].1.binding(),
+                        resource: bindings[n as usize].binding(),
                     })
                     .collect();
                 let group = device.create_bind_group(&wgpu::BindGroupDescriptor {
@@ -523,8 +534,13 @@ impl Trainer {
                 4 * b as u64,
             );
         }
-        queue.submit([enc.finish()]);
-        if read_loss {
+        // The step's tensors are dropped before the submit, as a framework's
+        // temporaries are: the pool keeps them pending, and `Pool::submit`
+        // makes them reusable once the commands using them are submitted.
+        drop((x, t, h, dy, loss, dh, gw2, gw1, gb));
+        let readback = read_loss.then_some(readback);
+        pool.submit([enc.finish()]);
+        if let Some(readback) = readback {
             let slice = readback
                 .buffer()
                 .slice(readback.offset()..readback.offset() + 4 * b as u64);
@@ -545,17 +561,24 @@ impl Trainer {
                 result.loss = Some(per_sample.iter().sum::<f32>() / b as f32);
             }
             readback.buffer().unmap();
+            drop(readback);
+            // Its copy was in the command buffer submitted above, and nothing
+            // else is recorded: it can be reused at once.
+            pool.submitted();
         }
         self.step += 1;
         Ok(result)
     }
 }
 
-fn desc(t: &Tensor) -> AllocDesc<'static> {
-    let d = AllocDesc::storage(t.size).label(t.label);
-    if t.readback {
-        d.usage(wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST)
-    } else {
-        d
+/// What the pool is asked for `t`.
+pub fn desc(t: &Tensor) -> AllocDesc<'static> {
+    match t.role {
+        Role::Uniform => AllocDesc::uniform(t.size),
+        Role::Input => AllocDesc::storage(t.size).access(Access::ReadOnly),
+        Role::Output => AllocDesc::storage(t.size).access(Access::ReadWrite),
+        Role::Both => AllocDesc::storage(t.size),
+        Role::Readback => AllocDesc::readback(t.size),
     }
+    .label(t.label)
 }

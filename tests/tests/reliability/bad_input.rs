@@ -30,6 +30,7 @@ fn refused_requests_name_the_problem_and_change_nothing() {
         .map(|_| pool.alloc(AllocDesc::storage(3 << 20)).unwrap())
         .collect();
     drop(pool.alloc(AllocDesc::storage(5 << 20)).unwrap());
+    pool.submitted(); // nothing was recorded: the dropped block is cache
     let s = AllocDesc::storage;
     let cases = [
         Refused {
@@ -87,6 +88,16 @@ fn refused_requests_name_the_problem_and_change_nothing() {
             desc: s(256).usage(U::BLAS_INPUT),
             expect: &["device error", "EXPERIMENTAL_RAY_QUERY"],
         },
+        Refused {
+            case: "read_write access with a read-only use (UNIFORM)",
+            desc: s(256).usage(U::STORAGE | U::UNIFORM).read_write(),
+            expect: &["Access::ReadWrite", "read-only use", "Access::Any"],
+        },
+        Refused {
+            case: "read_write access without STORAGE",
+            desc: AllocDesc::vertex(256).read_write(),
+            expect: &["Access::ReadWrite", "add STORAGE"],
+        },
     ];
     for c in &cases {
         let before = pool.stats();
@@ -113,7 +124,7 @@ fn refused_requests_name_the_problem_and_change_nothing() {
         assert!(a.is_err(), "{}: alloc_async handed out a buffer", c.case);
         pool.check_invariants().unwrap();
     }
-    assert_eq!(cases.len(), 10);
+    assert_eq!(cases.len(), 12);
     drop(kept);
 }
 

@@ -10,7 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use vrampool::{
-    AllocDesc, Config, Engine, PoolBuffer, Request, SimulatedDevice, Snapshot, SnapshotState,
+    Access, AllocDesc, Config, Engine, PoolBuffer, Request, SimulatedDevice, Snapshot,
+    SnapshotState,
 };
 use vrampool_tests::{Range, Rng, Tagger};
 
@@ -144,9 +145,18 @@ fn eight_threads_on_one_pool_on_a_real_device() {
                     let theirs = x.lock().unwrap().pop();
                     drop(theirs);
                 }
+                71..=80 => {
+                    // No thread records commands (zeroing is submitted by the
+                    // pool at once): what was dropped may be reused.
+                    p.submitted();
+                }
                 n if n < 540 || mine.is_empty() => {
                     if mine.len() < 100 {
-                        let mut desc = AllocDesc::storage(size(&mut rng)).label("thread");
+                        let access = [Access::ReadWrite, Access::ReadOnly, Access::Any]
+                            [rng.below(3) as usize];
+                        let mut desc = AllocDesc::storage(size(&mut rng))
+                            .access(access)
+                            .label("thread");
                         if n % 50 == 0 {
                             desc = desc.zeroed();
                         }

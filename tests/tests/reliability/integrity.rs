@@ -4,7 +4,7 @@
 //! block's zeroing clears — is caught; every zeroed block handed out from
 //! reused memory is checked to read all zeros first.
 
-use vrampool::{AllocDesc, Config, PoolBuffer};
+use vrampool::{Access, AllocDesc, Config, PoolBuffer};
 use vrampool_tests::{Range, Rng, Tagger};
 
 use super::{env_count, pool_with};
@@ -37,7 +37,15 @@ fn run(config: Config, ops: u64, every: u64, live_cap: u64, max_size: u64) -> (u
                 _ => (256 << 10) + rng.below(max_size - (256 << 10)),
             };
             let zero = rng.below(5) == 0;
-            let mut desc = AllocDesc::storage(size).label("tagged");
+            // Every placement: packed read-write and read-only blocks, and
+            // blocks with a buffer of their own.
+            let access = [
+                Access::ReadWrite,
+                Access::ReadWrite,
+                Access::ReadOnly,
+                Access::Any,
+            ][rng.below(4) as usize];
+            let mut desc = AllocDesc::storage(size).access(access).label("tagged");
             if zero {
                 desc = desc.zeroed();
             }
@@ -59,6 +67,11 @@ fn run(config: Config, ops: u64, every: u64, live_cap: u64, max_size: u64) -> (u
                 fresh.swap_remove(i - live.len())
             };
             live_bytes -= t.block.size();
+        }
+        if op % 100 == 0 {
+            // A frame: the only commands are the checks, submitted and waited
+            // for, so what was dropped may be reused.
+            pool.submitted();
         }
         if op % every == 0 || op == ops {
             let zero_ranges: Vec<Range> = fresh

@@ -138,7 +138,22 @@ fn engine_churn(config: Config, ops: u64, live_cap: u64) -> Churn {
     }
 }
 
-fn assert_bounded(c: &Churn, live_cap: u64, what: &str) {
+/// How much a churn may hold: the second half of the run at most `growth`
+/// above the first half's peak, and peak reserved at most `ratio` × peak live.
+struct Bound {
+    growth: u64,
+    ratio: f64,
+}
+
+/// What the engine's churns keep to: at most one more small segment (2 MiB)
+/// in the second half, and 2.5 × peak live (random churn fragments any
+/// allocator that does not move blocks; RELIABILITY.md has the figures).
+const ENGINE_BOUND: Bound = Bound {
+    growth: 2 << 20,
+    ratio: 2.5,
+};
+
+fn assert_bounded(c: &Churn, live_cap: u64, what: &str, bound: Bound) {
     let half = c.peak_per_tenth.len() / 2;
     let first = *c.peak_per_tenth[..half].iter().max().unwrap();
     let later = *c.peak_per_tenth[half..].iter().max().unwrap();
@@ -151,18 +166,17 @@ fn assert_bounded(c: &Churn, live_cap: u64, what: &str) {
         peak_reserved as f64 / peak_live as f64,
         c.final_stats.counters.device_allocs
     );
-    // Not growing: the second half of the run reserves at most one more small
-    // segment (2 MiB) than the first half did.
+    // Not growing: the second half of the run reserves at most `growth` more
+    // than the first half did.
     assert!(
-        later <= first + (2 << 20),
+        later <= first + bound.growth,
         "{what}: reserved grew from {} MiB (first half) to {} MiB (second half)",
         first >> 20,
         later >> 20
     );
-    // Bounded: random churn fragments any allocator that does not move blocks;
-    // this is the ceiling the policy keeps to (RELIABILITY.md has the figures).
+    // Bounded: the ceiling the policy keeps to.
     assert!(
-        peak_reserved * 2 <= 5 * peak_live,
+        peak_reserved as f64 <= bound.ratio * peak_live as f64,
         "{what}: peak reserved {} MiB for {} MiB live",
         peak_reserved >> 20,
         peak_live >> 20
@@ -175,47 +189,52 @@ fn a_million_operations_of_churn_keep_reserved_bounded() {
     let ops = env_count("VRAMPOOL_CHURN_OPS", 1_000_000);
     let cap = 256 << 20;
     let c = engine_churn(Config::default(), ops, cap);
-    assert_bounded(&c, cap, "default policy");
+    assert_bounded(&c, cap, "default policy", ENGINE_BOUND);
     let c = engine_churn(Config::pytorch(), ops, cap);
-    assert_bounded(&c, cap, "pytorch preset");
+    assert_bounded(&c, cap, "pytorch preset", ENGINE_BOUND);
     let limited = Config {
         cache_limit: Some(16 << 20),
         ..Config::default()
     };
     let c = engine_churn(limited, ops, cap);
-    assert_bounded(&c, cap, "16 MiB cache limit");
+    assert_bounded(&c, cap, "16 MiB cache limit", ENGINE_BOUND);
 }
 
-#[test]
-fn a_million_operations_through_a_pool_on_a_real_device() {
-    // The same churn through `Pool` on lavapipe; at the end wgpu's own report
-    // agrees with the pool: nothing leaked below it either.
-    let ops = env_count("VRAMPOOL_CHURN_OPS", 1_000_000);
+/// Churn through `Pool` on the test device; at the end wgpu's own report
+/// agrees with the pool: nothing leaked below it either. `frame`: every that
+/// many operations the pool is told everything recorded was submitted
+/// (`Pool::submitted`); 0 never tells it, as code that does not know of it.
+fn pool_churn(ops: u64, frame: u64, what: &str, bound: Bound) {
     let cap = 128 << 20;
     let pool = pool_with(Config::default());
     // wgpu's own buffers (zero-init, indirect validation) are there before any segment.
-    let baseline = pool
-        .allocator_report()
-        .expect("Vulkan has an allocator report");
-    struct OnPool<'a>(&'a vrampool::Pool);
+    let Some(baseline) = pool.allocator_report() else {
+        assert_eq!(vrampool_tests::backend(), wgpu::Backend::Gl);
+        eprintln!("skipped: the GL backend gives no allocator report");
+        return;
+    };
+    struct OnPool<'a>(&'a vrampool::Pool, u64);
     impl Target for OnPool<'_> {
         type Handle = vrampool::PoolBuffer;
         fn alloc(&mut self, size: u64) -> Self::Handle {
-            self.0.alloc(AllocDesc::storage(size)).unwrap()
+            self.0.alloc(AllocDesc::storage(size).read_write()).unwrap()
         }
         fn free(&mut self, h: Self::Handle) {
             drop(h);
         }
-        fn after(&mut self, _op: u64) -> u64 {
+        fn after(&mut self, op: u64) -> u64 {
+            if self.1 > 0 && op.is_multiple_of(self.1) {
+                self.0.submitted();
+            }
             self.0.stats().total.reserved_bytes.current
         }
     }
-    let peak_per_tenth = churn(&mut OnPool(&pool), ops, cap, 0x9001);
+    let peak_per_tenth = churn(&mut OnPool(&pool, frame), ops, cap, 0x9001);
     let c = Churn {
         peak_per_tenth,
         final_stats: pool.stats(),
     };
-    assert_bounded(&c, cap, "pool on a real device");
+    assert_bounded(&c, cap, what, bound);
     pool.check_invariants().unwrap();
     // Destroyed segments are freed by wgpu once the device is polled.
     let _ = pool.device().poll(wgpu::PollType::wait_indefinitely());
@@ -239,4 +258,40 @@ fn a_million_operations_through_a_pool_on_a_real_device() {
     assert_eq!(c.final_stats.total.allocated_bytes.current, 0);
     pool.empty_cache();
     assert_eq!(pool.stats().total.reserved_bytes.current, 0);
+}
+
+#[test]
+fn a_million_operations_through_a_pool_on_a_real_device() {
+    // Blocks dropped within a frame wait for its submit, so the run holds more
+    // than the engine's and reaches its plateau later (361 MiB from the second
+    // tenth of a 4 M-operation run): a quarter of the first half's peak of slack.
+    let ops = env_count("VRAMPOOL_CHURN_OPS", 1_000_000);
+    pool_churn(
+        ops,
+        100,
+        "pool on a real device, a submit every 100 operations",
+        Bound {
+            growth: 75 << 20,
+            ratio: 2.5,
+        },
+    );
+}
+
+#[test]
+fn churn_through_a_pool_never_told_of_a_submit_stays_bounded() {
+    // Code that never calls Pool::submit: nothing dropped is ever reused, yet
+    // reserved memory does not grow — segments holding only pending blocks are
+    // released (abandoned to wgpu, which frees an idle buffer at once).
+    // It holds 4.6 × peak live (504–728 MiB in every tenth of a 4 M-operation
+    // run): segments keep their pending blocks while any block in them lives.
+    let ops = env_count("VRAMPOOL_CHURN_OPS", 1_000_000) / 5;
+    pool_churn(
+        ops,
+        0,
+        "pool never told of a submit",
+        Bound {
+            growth: 256 << 20,
+            ratio: 5.0,
+        },
+    );
 }

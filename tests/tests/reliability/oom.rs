@@ -1,7 +1,7 @@
 //! Out of memory: under the pool's limit (lavapipe, CI) and with the device
 //! itself exhausted (a real GPU: `#[ignore]`d, run on the H200).
 
-use vrampool::{AllocDesc, Config, Error, Limit, OomInfo, Pool, PoolBuffer, PoolOptions};
+use vrampool::{Access, AllocDesc, Config, Error, Limit, OomInfo, Pool, PoolBuffer, PoolOptions};
 use vrampool_tests::{Range, Rng, Tagger};
 
 use super::{env_count, pool_with};
@@ -47,7 +47,11 @@ fn under_a_limit_the_cache_is_released_before_an_error_and_nothing_invalid_is_ha
     let mut ooms = 0;
     // Random sizes and frees: the pool fills, fragments, caches; every refusal
     // must be a clean error with true figures, never a broken buffer.
-    for _ in 0..4000 {
+    for op in 0..4000 {
+        if op % 10 == 0 {
+            // A frame: nothing recorded is unsubmitted, dropped blocks may be reused.
+            pool.submitted();
+        }
         if rng.below(3) == 0 && !held.is_empty() {
             held.swap_remove(rng.below(held.len() as u64) as usize);
             continue;
@@ -58,7 +62,8 @@ fn under_a_limit_the_cache_is_released_before_an_error_and_nothing_invalid_is_ha
             _ => (8 << 20) + rng.below(24 << 20),
         };
         let before = pool.stats();
-        match pool.alloc(AllocDesc::storage(size).label("filler")) {
+        let access = [Access::ReadWrite, Access::ReadOnly, Access::Any][rng.below(3) as usize];
+        match pool.alloc(AllocDesc::storage(size).access(access).label("filler")) {
             Ok(b) => held.push(b),
             Err(e) => {
                 let info = check_oom(&pool, &e, size.next_multiple_of(4));

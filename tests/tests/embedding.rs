@@ -1,0 +1,700 @@
+//! The pool the way wgpu code uses it: bind groups mixing uniform and storage
+//! blocks in one dispatch, encoders recorded before they are submitted,
+//! temporaries dropped before the submit, `queue.write_buffer` running ahead
+//! of the command buffers of its submit. Each case checks what the GPU did
+//! (wgpu's validation, and the bytes read back), on the device the tests run
+//! on (lavapipe, or GL with `VRAMPOOL_TEST_BACKEND=gl`).
+
+use vrampool::{Access, AllocDesc, BindingUse, BlockUse, Config, Pool, PoolBuffer, PoolOptions};
+use vrampool_tests::{device, read_back};
+use wgpu::BufferUsages as U;
+
+fn pool() -> Pool {
+    vrampool_tests::pool_with(Config::default())
+}
+
+/// `out[i] = in[i] * u.scale + u.shift`: a uniform, a read-only input and a
+/// read-write output, the first layout anyone writes with wgpu compute.
+const SCALE_WGSL: &str = r#"
+struct U { scale: u32, shift: u32, n: u32, pad: u32 }
+@group(0) @binding(0) var<uniform> u: U;
+@group(0) @binding(1) var<storage, read> input: array<u32>;
+@group(0) @binding(2) var<storage, read_write> output: array<u32>;
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) id: vec3<u32>) {
+    if (id.x < u.n) { output[id.x] = input[id.x] * u.scale + u.shift; }
+}
+"#;
+
+/// Runs SCALE_WGSL over the three blocks inside a validation error scope;
+/// returns wgpu's validation error, if any.
+fn dispatch_scale(
+    pool: &Pool,
+    uniform: &PoolBuffer,
+    input: &PoolBuffer,
+    output: &PoolBuffer,
+    n: u32,
+) -> Option<String> {
+    let device = pool.device();
+    let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
+    let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+        label: Some("scale"),
+        source: wgpu::ShaderSource::Wgsl(SCALE_WGSL.into()),
+    });
+    let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+        label: Some("scale"),
+        layout: None,
+        module: &module,
+        entry_point: Some("main"),
+        compilation_options: Default::default(),
+        cache: None,
+    });
+    let group = device.create_bind_group(&wgpu::BindGroupDescriptor {
+        label: Some("scale"),
+        layout: &pipeline.get_bind_group_layout(0),
+        entries: &[
+            wgpu::BindGroupEntry {
+                binding: 0,
+                resource: uniform.binding(),
+            },
+            wgpu::BindGroupEntry {
+                binding: 1,
+                resource: input.binding(),
+            },
+            wgpu::BindGroupEntry {
+                binding: 2,
+                resource: output.binding(),
+            },
+        ],
+    });
+    let mut enc = device.create_command_encoder(&Default::default());
+    {
+        let mut pass = enc.begin_compute_pass(&Default::default());
+        pass.set_pipeline(&pipeline);
+        pass.set_bind_group(0, &group, &[]);
+        pass.dispatch_workgroups(n.div_ceil(64), 1, 1);
+    }
+    pool.queue().submit([enc.finish()]);
+    pollster::block_on(scope.pop()).map(|e| e.to_string())
+}
+
+fn words(v: &[u8]) -> Vec<u32> {
+    v.chunks(4)
+        .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+fn bytes(w: &[u32]) -> Vec<u8> {
+    w.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+#[test]
+fn a_dispatch_binds_a_uniform_a_read_only_input_and_a_read_write_output() {
+    // Case 1 of "safe to embed": written as a user would, with no declaration
+    // beyond the usages. Before placement classes the three blocks shared one
+    // segment and wgpu refused the dispatch ("conflicting usages").
+    let pool = pool();
+    let n = 1000u32;
+    let uniform = pool
+        .alloc(AllocDesc::storage(16).usage(U::UNIFORM | U::COPY_DST))
+        .unwrap();
+    let input = pool.alloc(AllocDesc::storage(4 * n as u64)).unwrap();
+    let output = pool.alloc(AllocDesc::storage(4 * n as u64)).unwrap();
+    let q = pool.queue();
+    q.write_buffer(uniform.buffer(), uniform.offset(), &bytes(&[3, 7, n, 0]));
+    let data: Vec<u32> = (0..n).collect();
+    q.write_buffer(input.buffer(), input.offset(), &bytes(&data));
+    let error = dispatch_scale(&pool, &uniform, &input, &output, n);
+    assert_eq!(error, None, "wgpu refused the dispatch");
+    let got = words(&read_back(&pool, &output));
+    let want: Vec<u32> = data.iter().map(|x| x * 3 + 7).collect();
+    assert_eq!(got, want);
+}
+
+/// A buffer outside the pool, for the copies' destination.
+fn outside(pool: &Pool, size: u64) -> wgpu::Buffer {
+    pool.device().create_buffer(&wgpu::BufferDescriptor {
+        label: Some("outside the pool"),
+        size,
+        usage: U::COPY_DST | U::COPY_SRC,
+        mapped_at_creation: false,
+    })
+}
+
+fn read_raw(pool: &Pool, buffer: &wgpu::Buffer) -> Vec<u8> {
+    vrampool_tests::read_range(pool.device(), pool.queue(), buffer, 0, buffer.size())
+}
+
+/// Writes `fill` to a fresh `size`-byte block, submits, and returns it.
+fn filled(pool: &Pool, size: u64, fill: u8) -> PoolBuffer {
+    let b = pool
+        .alloc(AllocDesc::storage(size).label("temporary"))
+        .unwrap();
+    pool.queue()
+        .write_buffer(b.buffer(), b.offset(), &vec![fill; size as usize]);
+    pool.queue().submit([]);
+    b
+}
+
+#[test]
+fn a_temporary_dropped_before_submit_is_not_cleared_for_the_next_zeroed_block() {
+    // Case 2: a copy out of a temporary is recorded, the temporary is dropped
+    // before the encoder is submitted, and the next allocation of that size
+    // asks for zeroed memory. The pool must not clear (or hand out) the
+    // temporary's bytes before the copy has run.
+    let pool = pool();
+    let size = 64 << 10;
+    let dst = outside(&pool, size);
+    let tmp = filled(&pool, size, 0x5A);
+    let mut enc = pool.device().create_command_encoder(&Default::default());
+    enc.copy_buffer_to_buffer(tmp.buffer(), tmp.offset(), &dst, 0, size);
+    drop(tmp);
+    let next = pool.alloc(AllocDesc::storage(size).zeroed()).unwrap();
+    pool.queue().submit([enc.finish()]);
+    assert!(
+        read_raw(&pool, &dst).iter().all(|&b| b == 0x5A),
+        "the copy read the next owner's zeros"
+    );
+    assert!(read_back(&pool, &next).iter().all(|&b| b == 0), "zeroed");
+}
+
+#[test]
+fn a_temporary_dropped_before_submit_never_shows_the_next_owners_writes() {
+    // Case 3: the same, but the next owner fills its block with
+    // `queue.write_buffer`, which runs at the next submit ahead of that
+    // submit's command buffers — ahead of the recorded copy.
+    let pool = pool();
+    let size = 64 << 10;
+    let dst = outside(&pool, size);
+    let tmp = filled(&pool, size, 0x5A);
+    let mut enc = pool.device().create_command_encoder(&Default::default());
+    enc.copy_buffer_to_buffer(tmp.buffer(), tmp.offset(), &dst, 0, size);
+    drop(tmp);
+    let next = pool.alloc(AllocDesc::storage(size).label("next")).unwrap();
+    pool.queue()
+        .write_buffer(next.buffer(), next.offset(), &vec![0xC3; size as usize]);
+    pool.queue().submit([enc.finish()]);
+    let got = read_raw(&pool, &dst);
+    assert!(
+        got.iter().all(|&b| b == 0x5A),
+        "the first owner's copy read {:#x}: another owner's bytes",
+        got[0]
+    );
+    assert!(read_back(&pool, &next).iter().all(|&b| b == 0xC3));
+}
+
+/// One owner of a block in the interleaving test: its tag, and whether the
+/// current encoder holds a dispatch that reads it.
+struct Owner {
+    block: PoolBuffer,
+    tag: u32,
+}
+
+/// Counts of what an interleaving run did.
+#[derive(Debug, Default)]
+struct Interleaving {
+    corrupt: u64,
+    nonzero: u64,
+    /// Owners dropped while the open encoder held a dispatch using them.
+    dropped_recorded: u64,
+    /// Zeroed allocations served from reused bytes.
+    zeroed_reuses: u64,
+    submits: u64,
+    cache_hits: u64,
+}
+
+/// Random interleavings of what wgpu code does with pool blocks: allocate
+/// (filled by `queue.write_buffer`, or zeroed and tagged by a dispatch),
+/// record a dispatch that verifies an owner's bytes into the open encoder,
+/// drop an owner (often with such a dispatch recorded and not submitted),
+/// submit (through `Pool::submit`, or `queue.submit` + `Pool::submitted`),
+/// and `empty_cache`. Every verify runs when its encoder is submitted and
+/// counts the words that are not its owner's: another owner's write or
+/// zeroing reaching them first is counted. `empty_cache`: whether the run
+/// calls it too.
+fn interleave(pool: &Pool, ops: u64, seed: u64, empty_cache: bool) -> Interleaving {
+    use vrampool_tests::{Pass, Range, Rng, Tagger};
+    let tagger = Tagger::new(pool.device(), pool.queue());
+    let mut rng = Rng(seed);
+    let mut owners: Vec<Owner> = Vec::new();
+    let mut out = Interleaving::default();
+    let mut next_tag = 1u32;
+    let mut recorded: Vec<u32> = Vec::new(); // tags verified by the open encoder
+    const BATCH: u32 = 256;
+    let mut batch = tagger.batch(BATCH);
+    let mut enc = pool.device().create_command_encoder(&Default::default());
+    tagger.reset_errors();
+    let hits_before = pool.stats().counters.cache_hits;
+    for op in 0..ops {
+        let r = rng.below(100);
+        let full = batch.len() + 2 >= BATCH;
+        if full || r < 4 {
+            // Submit the open encoder.
+            batch.finish();
+            if rng.below(2) == 0 {
+                pool.submit([enc.finish()]);
+            } else {
+                pool.queue().submit([enc.finish()]);
+                pool.submitted();
+            }
+            out.submits += 1;
+            recorded.clear();
+            batch = tagger.batch(BATCH);
+            enc = pool.device().create_command_encoder(&Default::default());
+            if out.submits.is_multiple_of(64) || op + 1 == ops {
+                let [c, z] = tagger.read_errors();
+                out.corrupt += c as u64;
+                out.nonzero += z as u64;
+                tagger.reset_errors();
+            }
+        } else if r < 5 {
+            if empty_cache {
+                pool.empty_cache();
+            }
+        } else if r < 45 && owners.len() < 64 || owners.is_empty() {
+            let size = match rng.below(10) {
+                0..=6 => 4 + rng.below(16 << 10),
+                7..=8 => (16 << 10) + rng.below(256 << 10),
+                _ => (256 << 10) + rng.below(2 << 20),
+            } & !3;
+            let access = [Access::ReadWrite, Access::ReadOnly, Access::Any][rng.below(3) as usize];
+            let zeroed = rng.below(4) == 0;
+            let mut desc = AllocDesc::storage(size).access(access).label("owner");
+            if zeroed {
+                desc = desc.zeroed();
+            }
+            let hits = pool.stats().counters.cache_hits;
+            let block = pool.alloc(desc).unwrap();
+            let tag = next_tag;
+            next_tag += 1;
+            let range = Range::from(&*block);
+            if zeroed {
+                if pool.stats().counters.cache_hits > hits {
+                    out.zeroed_reuses += 1;
+                }
+                // Zeros first (checked when the encoder runs), then its tag.
+                batch.record(&mut enc, Pass::CountNonzero, range, 0);
+                batch.record(&mut enc, Pass::Write, range, tag);
+            } else {
+                // Staged: runs at the next submit, ahead of that submit's commands.
+                let words: Vec<u8> = (0..block.size() as u32 / 4)
+                    .flat_map(|i| tag.wrapping_mul(2654435761).wrapping_add(i).to_le_bytes())
+                    .collect();
+                pool.queue()
+                    .write_buffer(block.buffer(), block.offset(), &words);
+            }
+            owners.push(Owner { block, tag });
+        } else if r < 75 {
+            // Record a dispatch that reads an owner's bytes.
+            let o = &owners[rng.below(owners.len() as u64) as usize];
+            batch.record(&mut enc, Pass::Verify, Range::from(&*o.block), o.tag);
+            recorded.push(o.tag);
+        } else {
+            let o = owners.swap_remove(rng.below(owners.len() as u64) as usize);
+            if recorded.contains(&o.tag) {
+                out.dropped_recorded += 1;
+            }
+            drop(o);
+        }
+    }
+    batch.finish();
+    pool.submit([enc.finish()]);
+    let [c, z] = tagger.read_errors();
+    out.corrupt += c as u64;
+    out.nonzero += z as u64;
+    out.cache_hits = pool.stats().counters.cache_hits - hits_before;
+    drop(owners);
+    pool.check_invariants().unwrap();
+    out
+}
+
+#[test]
+fn random_interleavings_never_show_an_owner_another_owners_bytes() {
+    // The issue's property: allocate / record / drop / write_buffer / zeroed
+    // allocate / submit / empty_cache in any order, checked on the GPU.
+    let ops = std::env::var("VRAMPOOL_INTERLEAVE_OPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100_000);
+    let out = interleave(&pool(), ops, 0x5eed_1234, true);
+    eprintln!("{ops} interleaved operations: {out:?}");
+    assert_eq!(
+        out.corrupt, 0,
+        "an owner read another owner's bytes: {out:?}"
+    );
+    assert_eq!(out.nonzero, 0, "a zeroed block held old bytes: {out:?}");
+    // The run exercised what it claims to.
+    assert!(out.dropped_recorded > ops / 50, "{out:?}");
+    assert!(out.zeroed_reuses > ops / 500, "{out:?}");
+    assert!(out.cache_hits > ops / 10, "memory was reused: {out:?}");
+    assert!(out.submits > ops / 100, "{out:?}");
+}
+
+#[test]
+fn the_interleaving_check_catches_reuse_before_submit() {
+    // Negative control: the same sequence on a pool that reuses a dropped
+    // block at once (PyTorch-style reuse, wrong for code that drops blocks
+    // before submitting) is caught. It releases nothing (no headroom, no
+    // empty_cache): destroying a segment that an unsubmitted encoder uses
+    // would fail the submit loudly instead of showing wrong bytes.
+    let options = PoolOptions {
+        config: Config {
+            headroom: None,
+            ..Config::default()
+        },
+        reuse: vrampool::Reuse::Immediate,
+        ..PoolOptions::default()
+    };
+    let (device, queue, _) = device();
+    let pool = Pool::new(device, queue, options).unwrap();
+    let out = interleave(&pool, 5_000, 0x5eed_1234, false);
+    eprintln!("5000 operations, immediate reuse: {out:?}");
+    assert!(out.corrupt + out.nonzero > 0, "{out:?}");
+}
+
+#[test]
+fn declared_blocks_are_packed_by_how_passes_bind_them() {
+    // With the one-word declarations the same dispatch passes, and blocks
+    // share buffers only with blocks bound the same way.
+    let pool = pool();
+    let n = 256u32;
+    let uniforms: Vec<_> = (0..4)
+        .map(|_| pool.alloc(AllocDesc::uniform(16).label("u")).unwrap())
+        .collect();
+    let inputs: Vec<_> = (0..4)
+        .map(|_| {
+            pool.alloc(AllocDesc::storage(4 * n as u64).read_only().label("in"))
+                .unwrap()
+        })
+        .collect();
+    let outputs: Vec<_> = (0..4)
+        .map(|_| {
+            pool.alloc(AllocDesc::storage(4 * n as u64).read_write().label("out"))
+                .unwrap()
+        })
+        .collect();
+    let same = |a: &PoolBuffer, b: &PoolBuffer| a.buffer() == b.buffer();
+    // Read-only blocks (uniforms and read-only storage) share one buffer, the
+    // read-write ones another.
+    assert!(same(&uniforms[0], &inputs[3]) && same(&inputs[0], &inputs[1]));
+    assert!(same(&outputs[0], &outputs[3]));
+    assert!(!same(&inputs[0], &outputs[0]));
+    assert_eq!(pool.stats().total.segments.current, 2);
+    let q = pool.queue();
+    for (i, (u, x)) in uniforms.iter().zip(&inputs).enumerate() {
+        q.write_buffer(u.buffer(), u.offset(), &bytes(&[i as u32 + 2, 1, n, 0]));
+        q.write_buffer(x.buffer(), x.offset(), &bytes(&(0..n).collect::<Vec<_>>()));
+    }
+    for (i, ((u, x), y)) in uniforms.iter().zip(&inputs).zip(&outputs).enumerate() {
+        assert_eq!(dispatch_scale(&pool, u, x, y, n), None, "dispatch {i}");
+        let got = words(&read_back(&pool, y));
+        assert_eq!(got[5], 5 * (i as u32 + 2) + 1);
+    }
+}
+
+#[test]
+fn indirect_arguments_beside_read_write_storage() {
+    // Dispatch arguments from the pool (read-only in the dispatch that uses
+    // them) beside a read_write storage block in the same dispatch.
+    let pool = pool();
+    let args = pool.alloc(AllocDesc::indirect(12).label("args")).unwrap();
+    let data = pool
+        .alloc(AllocDesc::storage(4096).read_write().label("data"))
+        .unwrap();
+    let params = pool.alloc(AllocDesc::uniform(16).label("params")).unwrap();
+    let q = pool.queue();
+    q.write_buffer(args.buffer(), args.offset(), &bytes(&[16, 1, 1]));
+    q.write_buffer(params.buffer(), params.offset(), &bytes(&[1, 0, 1024, 0]));
+    let device = pool.device();
+    let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
+    let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+        label: Some("fill"),
+        source: wgpu::ShaderSource::Wgsl(
+            r#"
+            struct U { scale: u32, shift: u32, n: u32, pad: u32 }
+            @group(0) @binding(0) var<uniform> u: U;
+            @group(0) @binding(1) var<storage, read_write> out: array<u32>;
+            @compute @workgroup_size(64)
+            fn main(@builtin(global_invocation_id) id: vec3<u32>) {
+                if (id.x < u.n) { out[id.x] = id.x * u.scale + 7u; }
+            }"#
+            .into(),
+        ),
+    });
+    let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+        label: Some("fill"),
+        layout: None,
+        module: &module,
+        entry_point: Some("main"),
+        compilation_options: Default::default(),
+        cache: None,
+    });
+    let group = device.create_bind_group(&wgpu::BindGroupDescriptor {
+        label: None,
+        layout: &pipeline.get_bind_group_layout(0),
+        entries: &[
+            wgpu::BindGroupEntry {
+                binding: 0,
+                resource: params.binding(),
+            },
+            wgpu::BindGroupEntry {
+                binding: 1,
+                resource: data.binding(),
+            },
+        ],
+    });
+    let mut enc = device.create_command_encoder(&Default::default());
+    {
+        let mut pass = enc.begin_compute_pass(&Default::default());
+        pass.set_pipeline(&pipeline);
+        pass.set_bind_group(0, &group, &[]);
+        pass.dispatch_workgroups_indirect(args.buffer(), args.offset());
+    }
+    pool.submit([enc.finish()]);
+    assert_eq!(pollster::block_on(scope.pop()).map(|e| e.to_string()), None);
+    let got = words(&read_back(&pool, &data));
+    assert_eq!(got[1000], 1007);
+}
+
+#[test]
+fn the_checked_helper_names_both_blocks_the_buffer_and_the_fix() {
+    let pool = pool();
+    // Two blocks declared read_write share a buffer; a pass that reads one
+    // `var<storage, read>` beside the other's read_write binding breaks the
+    // declaration.
+    let a = pool
+        .alloc(AllocDesc::storage(4096).read_write().label("activations"))
+        .unwrap();
+    let b = pool
+        .alloc(AllocDesc::storage(4096).read_write().label("gradients"))
+        .unwrap();
+    assert_eq!(a.buffer(), b.buffer());
+    let before = pool.stats();
+    let uses = [
+        BlockUse::new(&a, BindingUse::StorageReadWrite),
+        BlockUse::new(&b, BindingUse::StorageRead),
+    ];
+    let err = pool.check_usage_scope(&uses).unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(err, vrampool::Error::UsageConflict(_)), "{msg}");
+    for want in [
+        "'activations'",
+        "'gradients'",
+        "vrampool read-write segment",
+        "read-write and read-only",
+        ".read_only()",
+    ] {
+        assert!(msg.contains(want), "`{msg}` lacks `{want}`");
+    }
+    // The layout the helper refuses is one wgpu refuses too (negative control).
+    let layout = pool
+        .device()
+        .create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+            label: None,
+            entries: &[storage_entry(0, false), storage_entry(1, true)],
+        });
+    let scope = pool
+        .device()
+        .push_error_scope(wgpu::ErrorFilter::Validation);
+    let group = pool.create_bind_group(Some("conflicting"), &layout, &[(0, uses[0]), (1, uses[1])]);
+    assert!(matches!(group, Err(vrampool::Error::UsageConflict(_))));
+    let raw = pool.device().create_bind_group(&wgpu::BindGroupDescriptor {
+        label: None,
+        layout: &layout,
+        entries: &[
+            wgpu::BindGroupEntry {
+                binding: 0,
+                resource: a.binding(),
+            },
+            wgpu::BindGroupEntry {
+                binding: 1,
+                resource: b.binding(),
+            },
+        ],
+    });
+    let module = pool
+        .device()
+        .create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: None,
+            source: wgpu::ShaderSource::Wgsl(
+                r#"
+            @group(0) @binding(0) var<storage, read_write> a: array<u32>;
+            @group(0) @binding(1) var<storage, read> b: array<u32>;
+            @compute @workgroup_size(1) fn main() { a[0] = b[0]; }"#
+                    .into(),
+            ),
+        });
+    let pl = pool
+        .device()
+        .create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+            label: None,
+            bind_group_layouts: &[Some(&layout)],
+            immediate_size: 0,
+        });
+    let pipeline = pool
+        .device()
+        .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: None,
+            layout: Some(&pl),
+            module: &module,
+            entry_point: Some("main"),
+            compilation_options: Default::default(),
+            cache: None,
+        });
+    let mut enc = pool.device().create_command_encoder(&Default::default());
+    {
+        let mut pass = enc.begin_compute_pass(&Default::default());
+        pass.set_pipeline(&pipeline);
+        pass.set_bind_group(0, &raw, &[]);
+        pass.dispatch_workgroups(1, 1, 1);
+    }
+    pool.queue().submit([enc.finish()]);
+    let wgpu_says = pollster::block_on(scope.pop()).expect("wgpu refuses it too");
+    assert!(
+        wgpu_says.to_string().contains("conflicting usages"),
+        "{wgpu_says}"
+    );
+    // Nothing changed; the same blocks bound as declared pass.
+    assert_eq!(pool.stats(), before);
+    pool.check_usage_scope(&[
+        BlockUse::new(&a, BindingUse::StorageReadWrite),
+        BlockUse::new(&b, BindingUse::StorageReadWrite),
+    ])
+    .unwrap();
+    // A block declared read-only and written by a pass, and a copy within
+    // one buffer, are named too.
+    let r1 = pool
+        .alloc(AllocDesc::storage(256).read_only().label("weights"))
+        .unwrap();
+    let r2 = pool.alloc(AllocDesc::uniform(256).label("params")).unwrap();
+    let e = pool
+        .check_usage_scope(&[
+            BlockUse::new(&r1, BindingUse::StorageReadWrite),
+            BlockUse::new(&r2, BindingUse::Uniform),
+        ])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("'weights'") && e.contains("allocated .read_only() but the pass writes it"),
+        "{e}"
+    );
+    let e = pool
+        .check_usage_scope(&[
+            BlockUse::new(&a, BindingUse::CopySrc),
+            BlockUse::new(&b, BindingUse::CopyDst),
+        ])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("one copy") && e.contains("temporary"), "{e}");
+    // Blocks with buffers of their own never conflict with each other.
+    let own1 = pool.alloc(AllocDesc::storage(256)).unwrap();
+    let own2 = pool.alloc(AllocDesc::storage(256)).unwrap();
+    pool.check_usage_scope(&[
+        BlockUse::new(&own1, BindingUse::StorageReadWrite),
+        BlockUse::new(&own2, BindingUse::StorageRead),
+        BlockUse::new(&r2, BindingUse::Uniform),
+        BlockUse::new(&a, BindingUse::StorageReadWrite),
+    ])
+    .unwrap();
+}
+
+fn storage_entry(binding: u32, read_only: bool) -> wgpu::BindGroupLayoutEntry {
+    wgpu::BindGroupLayoutEntry {
+        binding,
+        visibility: wgpu::ShaderStages::COMPUTE,
+        ty: wgpu::BindingType::Buffer {
+            ty: wgpu::BufferBindingType::Storage { read_only },
+            has_dynamic_offset: false,
+            min_binding_size: None,
+        },
+        count: None,
+    }
+}
+
+#[test]
+fn pending_blocks_show_in_the_figures_until_a_submit_is_declared() {
+    let pool = pool();
+    let a = pool
+        .alloc(AllocDesc::storage(1 << 20).read_write().label("temporary"))
+        .unwrap();
+    let keep = pool
+        .alloc(AllocDesc::storage(1 << 20).read_write().label("kept"))
+        .unwrap();
+    let offset = a.offset();
+    drop(a);
+    let s = pool.stats();
+    assert_eq!(s.total.pending_bytes.current, 1 << 20);
+    assert_eq!(s.total.allocated_bytes.current, 1 << 20);
+    assert_eq!(
+        s.total.reserved_bytes.current,
+        s.total.allocated_bytes.current
+            + s.total.pending_bytes.current
+            + s.total.cached_bytes.current
+    );
+    assert!(pool.memory_summary().contains("Pending (awaiting submit)"));
+    let snap = pool.snapshot();
+    let pending: Vec<_> = snap
+        .segments
+        .iter()
+        .flat_map(|s| &s.blocks)
+        .filter(|b| b.state == vrampool::SnapshotState::Pending)
+        .collect();
+    assert_eq!(pending.len(), 1);
+    assert_eq!(pending[0].label.as_deref(), Some("temporary"));
+    // Not reused before the submit...
+    let b = pool
+        .alloc(AllocDesc::storage(1 << 20).read_write())
+        .unwrap();
+    assert_ne!(b.offset(), offset);
+    drop(b);
+    // ... and reused after it.
+    pool.submit([]);
+    assert_eq!(pool.stats().total.pending_bytes.current, 0);
+    let c = pool
+        .alloc(AllocDesc::storage(1 << 20).read_write())
+        .unwrap();
+    assert_eq!(c.offset(), offset, "the temporary's bytes, best fit");
+    drop((c, keep));
+}
+
+#[test]
+fn under_a_limit_pending_blocks_are_released_before_an_out_of_memory() {
+    // Code that never declares a submit still gets its memory back: the
+    // out-of-memory ladder releases segments that hold only pending blocks
+    // (wgpu keeps them for commands still recorded, then frees them).
+    let pool = vrampool_tests::pool_with(Config {
+        limit: Some(vrampool::Limit::Bytes(64 << 20)),
+        ..Config::default()
+    });
+    for round in 0..8 {
+        let a = pool
+            .alloc(AllocDesc::storage(24 << 20).label("frame"))
+            .unwrap();
+        let b = pool
+            .alloc(AllocDesc::storage(24 << 20).label("frame"))
+            .unwrap();
+        drop((a, b));
+        let s = pool.stats();
+        assert!(s.total.reserved_bytes.current <= 64 << 20, "round {round}");
+    }
+    let s = pool.stats();
+    assert_eq!(s.counters.ooms, 0);
+    assert!(s.counters.segments_abandoned >= 6, "{:?}", s.counters);
+    pool.check_invariants().unwrap();
+}
+
+#[test]
+fn immediate_reuse_keeps_pytorchs_model_for_code_that_submits_first() {
+    let options = PoolOptions {
+        reuse: vrampool::Reuse::Immediate,
+        ..PoolOptions::default()
+    };
+    let (device, queue, _) = device();
+    let pool = Pool::new(device, queue, options).unwrap();
+    let a = pool.alloc(AllocDesc::storage(4096).read_write()).unwrap();
+    let offset = a.offset();
+    drop(a);
+    assert_eq!(pool.stats().total.pending_bytes.current, 0);
+    let b = pool.alloc(AllocDesc::storage(4096).read_write()).unwrap();
+    assert_eq!((b.offset(), pool.stats().counters.cache_hits), (offset, 1));
+}
