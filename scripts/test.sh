@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test of the workspace, installing first what the tests need and
-# the machine lacks: a Vulkan driver (Mesa lavapipe) for the real-device tests,
+# the machine lacks: a Vulkan driver (Mesa lavapipe) and an OpenGL one (Mesa
+# llvmpipe through EGL) for the real-device tests,
 # the wasm32 target, a wasm-bindgen-cli matching Cargo.lock (via `cargo xtask
 # build`), Chromium and its driver, playwright-core (npm) for the page, and
 # cargo-fuzz for the bounded fuzzing run.
@@ -12,6 +13,11 @@ sudo_=""
 need=()
 ls /usr/share/vulkan/icd.d/lvp_icd.*.json >/dev/null 2>&1 || need+=(mesa-vulkan-drivers)
 ldconfig -p | grep -q 'libvulkan.so.1 ' || need+=(libvulkan1)
+# wgpu's GL backend: EGL (surfaceless) and GLES from Mesa, drawing with llvmpipe.
+ldconfig -p | grep -q 'libEGL_mesa.so.0 ' || need+=(libegl-mesa0)
+ldconfig -p | grep -q 'libEGL.so.1 ' || need+=(libegl1)
+ldconfig -p | grep -q 'libGLESv2.so.2 ' || need+=(libgles2)
+ls /usr/lib/*/dri/swrast_dri.so >/dev/null 2>&1 || need+=(libgl1-mesa-dri)
 # The page's tests run in a real browser with WebGPU (headless Chromium, SwiftShader).
 [ -x /usr/bin/chromium ] || need+=(chromium)
 [ -x /usr/bin/chromedriver ] || need+=(chromium-driver)
@@ -31,7 +37,15 @@ fi
 # lavapipe warns on stderr when this is unset; give it a private one.
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$(mktemp -d)}"
 
-cargo test --workspace
+# Vulkan (lavapipe) for everything that opens a device, the embedding
+# examples included (they run as tests).
+WGPU_BACKEND=vulkan cargo test --workspace
+# The GPU suite, the embedding tests and the examples again on wgpu's GL
+# backend (llvmpipe through EGL, surfaceless); the interleaving property runs
+# 20 000 operations there (100 000 on Vulkan above).
+VRAMPOOL_TEST_BACKEND=gl VRAMPOOL_INTERLEAVE_OPS=20000 \
+  cargo test -p vrampool-tests --test gpu --test embedding
+WGPU_BACKEND=gl cargo test -p vrampool --examples
 cargo build -p vrampool --target wasm32-unknown-unknown
 # Fuzz the trace reader and the engine for a bounded time (FUZZ_SECONDS each).
 bash scripts/fuzz.sh
