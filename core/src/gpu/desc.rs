@@ -94,6 +94,19 @@ pub enum Sharing {
     ReadWrite,
 }
 
+impl Sharing {
+    /// The sharing a request made by [`AllocDesc::request`] stands for.
+    pub(super) fn of(req: &Request) -> Sharing {
+        if req.exclusive {
+            Sharing::Own
+        } else if req.group == GROUP_READ_ONLY {
+            Sharing::ReadOnly
+        } else {
+            Sharing::ReadWrite
+        }
+    }
+}
+
 /// What to allocate.
 ///
 /// ```

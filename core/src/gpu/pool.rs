@@ -254,8 +254,7 @@ impl Pool {
             size: req.size,
             block_size: a.size,
             usage: desc.usage,
-            // `request` accepted the description, so its sharing is known.
-            sharing: desc.sharing().unwrap_or(Sharing::Own),
+            sharing: Sharing::of(req),
             label: req.label.clone(),
         };
         if desc.zeroed && !a.fresh {
