@@ -1,12 +1,12 @@
 //! Prints `memory_summary()` after replaying a trace on the simulated device.
 //!
-//! `cargo run --release -p vrampool --example summary -- ../shared/traces/resnet_train.csv.gz`
+//! `cargo run --release -p vrampool --example summary -- data/traces/resnet_train.csv.gz`
 use vrampool::{Config, Engine, SimulatedDevice, Trace, replay};
 
 fn main() -> Result<(), vrampool::Error> {
     let path = std::env::args()
         .nth(1)
-        .unwrap_or_else(|| "../shared/traces/resnet_train.csv.gz".into());
+        .unwrap_or_else(|| concat!(env!("CARGO_MANIFEST_DIR"), "/../data/traces/resnet_train.csv.gz").into());
     let trace = Trace::open(&path)?;
     let mut engine = Engine::new(
         SimulatedDevice::with_max_buffer_size(141 << 30, 4 << 30),

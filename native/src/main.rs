@@ -41,7 +41,7 @@ use crate::workload::Dtype;
 freed blocks are cached and reused instead of going back to the driver, and empty_cache() gives \
 them back.\n\n\
 Start with `vrampool info` to see your GPUs, `vrampool bench` to see what a cache hit saves \
-over create_buffer + destroy, and `vrampool replay ../shared/traces/*.csv.gz --compare` to see \
+over create_buffer + destroy, and `vrampool replay data/traces/*.csv.gz --compare` to see \
 how much memory each policy holds for real PyTorch workloads.",
     after_help = "Sizes are bytes. Every subcommand takes --json for machine-readable output."
 )]
@@ -99,7 +99,7 @@ enum Command {
 
 #[derive(Args)]
 struct ReplayArgs {
-    /// Trace files, e.g. ../shared/traces/*.csv.gz
+    /// Trace files, e.g. data/traces/*.csv.gz
     #[arg(required = true)]
     traces: Vec<PathBuf>,
     /// Hard limit on reserved memory: bytes (`8000000000`) or a multiple of the

@@ -17,7 +17,7 @@ fn vrampool() -> Command {
 
 fn trace(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/traces")
+        .join("../data/traces")
         .join(format!("{name}.csv.gz"))
 }
 

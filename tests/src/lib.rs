@@ -66,10 +66,10 @@ pub fn pool_with(config: vrampool::Config) -> vrampool::Pool {
     vrampool::Pool::new(device, queue, options).expect("a pool on the test device")
 }
 
-/// Path to a trace in `../shared/traces`.
+/// Path to a trace in the repository's `data/traces`.
 pub fn trace_path(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/traces")
+        .join("../data/traces")
         .join(format!("{name}.csv.gz"))
 }
 

@@ -1,4 +1,4 @@
-//! The three real PyTorch traces (../shared/traces) replayed on the simulated
+//! The three real PyTorch traces (data/traces) replayed on the simulated
 //! device: under a hard limit of 1.03 × peak live there is no OOM (PyTorch needs
 //! 1.123 / 1.031 / 1.124 ×), and with no limit reserved stays within 1.10 × peak live.
 
@@ -37,7 +37,7 @@ fn run_with(
 
 fn load(name: &str) -> Trace {
     let path = trace_path(name);
-    Trace::open(&path).unwrap_or_else(|e| panic!("{e} (the traces live in ../shared/traces)"))
+    Trace::open(&path).unwrap_or_else(|e| panic!("{e} (the traces live in data/traces)"))
 }
 
 #[test]
@@ -196,7 +196,7 @@ fn a_scaled_trace_replays_on_lavapipe() {
 }
 
 /// `Config::pytorch()` on the simulated device reproduces what PyTorch's own
-/// caching allocator did with these logs on the H200 (../shared/traces/README.md):
+/// caching allocator did with these logs on the H200 (data/traces/README.md):
 /// the baseline the harness compares against is PyTorch, not a guess at it, and
 /// the simulated device predicts the real one.
 #[test]

@@ -32,7 +32,7 @@ enum Cmd {
     Build,
     /// Print the wasm's size, raw and gzipped.
     Size,
-    /// Regenerate web/samples from ../shared/traces (every size ÷ 64).
+    /// Regenerate web/samples from data/traces (every size ÷ 64).
     Samples,
 }
 
@@ -230,7 +230,7 @@ fn serve(port: u16) -> Result<()> {
 /// Writes each shared trace with every size divided by 64 (so it fits WebGPU's
 /// 256 MiB max_buffer_size and a browser's memory), as gzip CSV.
 fn samples() -> Result<()> {
-    let from = root().join("../shared/traces");
+    let from = root().join("data/traces");
     let to = root().join("web/samples");
     std::fs::create_dir_all(&to)?;
     for name in ["gpt_train", "resnet_train", "batch_sweep"] {
