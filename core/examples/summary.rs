@@ -4,9 +4,13 @@
 use vrampool::{Config, Engine, SimulatedDevice, Trace, replay};
 
 fn main() -> Result<(), vrampool::Error> {
-    let path = std::env::args()
-        .nth(1)
-        .unwrap_or_else(|| concat!(env!("CARGO_MANIFEST_DIR"), "/../data/traces/resnet_train.csv.gz").into());
+    let path = std::env::args().nth(1).unwrap_or_else(|| {
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../data/traces/resnet_train.csv.gz"
+        )
+        .into()
+    });
     let trace = Trace::open(&path)?;
     let mut engine = Engine::new(
         SimulatedDevice::with_max_buffer_size(141 << 30, 4 << 30),
