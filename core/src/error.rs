@@ -49,6 +49,7 @@ pub struct UsageConflict {
 
 /// Everything that can go wrong in vrampool.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// The request could not be served even after the cache was released.
     #[error(

@@ -36,23 +36,25 @@ mod backend;
 mod config;
 mod engine;
 mod error;
+pub mod fault;
 mod sim;
 mod snapshot;
 mod stats;
 pub mod trace;
+mod types;
 
 #[cfg(feature = "wgpu")]
 mod gpu;
 
-pub use engine::{
-    Allocation, Backend, BlockId, Config, DeviceError, Engine, Growth, Leak, Limit, OomObserver,
-    Placement, Request, SegmentClass, SegmentDesc, SegmentId, Snapshot, SnapshotBlock,
-    SnapshotSegment, SnapshotState, leak_report,
-};
+pub use backend::{Backend, DeviceError, SegmentDesc};
+pub use config::{Config, Growth, Limit, Placement};
+pub use engine::{Engine, InvariantError, OomObserver, Planned, SegmentPlan};
 pub use error::{Error, OomInfo, Result, UsageConflict};
 pub use sim::{SimSegment, SimulatedDevice};
+pub use snapshot::{Leak, Snapshot, SnapshotBlock, SnapshotSegment, SnapshotState, leak_report};
 pub use stats::{Counters, PoolReport, PoolStats, Stat, Stats};
 pub use trace::{ReplayReport, Trace, replay};
+pub use types::{Allocation, BlockId, Request, SegmentClass, SegmentId};
 
 #[cfg(feature = "wgpu")]
 pub use gpu::*;

@@ -1,7 +1,7 @@
 //! A simulated device: no memory behind it, exact accounting. Policies can be
 //! tested and real traces replayed on any machine.
 
-use crate::engine::{Backend, DeviceError, SegmentDesc};
+use crate::backend::{Backend, DeviceError, SegmentDesc};
 
 /// A device with `capacity` bytes and a `max_buffer_size`, that only counts.
 ///

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::engine::SegmentClass;
+use crate::types::SegmentClass;
 
 /// The state of one block in a [`Snapshot`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -96,6 +96,8 @@ pub struct Counters {
     pub alloc_retries: u64,
     /// Requests refused for lack of memory.
     pub ooms: u64,
+    /// Bytes of the segments created: what the device spent making memory.
+    pub bytes_created: u64,
     /// Bytes given back to the device by releases (empty_cache, limits, trims).
     pub bytes_released: u64,
     /// Bytes released by the last `empty_cache()`.

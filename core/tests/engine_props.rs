@@ -4,7 +4,10 @@
 //! with `defer_free` is never handed out again before it is reclaimed.
 
 use proptest::prelude::*;
-use vrampool::{BlockId, Config, Engine, Error, Limit, Request, SimulatedDevice, SnapshotState};
+use vrampool::{
+    BlockId, Config, DeviceError, Engine, Error, Limit, Planned, Request, SimulatedDevice,
+    SnapshotState,
+};
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -417,33 +420,76 @@ fn leaks_name_their_labels() {
 }
 
 #[test]
-fn a_revoked_allocation_leaves_no_trace_in_the_figures() {
-    // The browser path: the device refuses a segment after the engine placed a
-    // block in it; revoke undoes the allocation as if it never happened.
-    let mut e = Engine::new(SimulatedDevice::new(1 << 30), Config::default()).unwrap();
+fn a_plan_refused_to_the_end_leaves_no_trace_in_the_figures() {
+    // The browser's path, step by step: plan a segment, the device refuses it,
+    // then just the request, then the same after the cache was released. Only
+    // the retry and OOM counters change, and the cache that was released —
+    // all of what was releasable. (At a06ed76 the refused allocation had
+    // counted a cache miss, marked its pool used and raised the high-water
+    // mark and peaks before `revoke`, which undid none of it.) No soft
+    // headroom, so planning releases nothing by itself.
+    let config = Config {
+        headroom: None,
+        ..Config::default()
+    };
+    let mut e = Engine::new(SimulatedDevice::new(1 << 30), config).unwrap();
     let keep = e.allocate(Request::new(4096, 0)).unwrap();
+    let cache = e.allocate(Request::new(64 << 20, 0)).unwrap();
+    e.free(cache.id).unwrap();
     let before = e.stats();
-    let a = e
-        .allocate(Request {
-            exact_segment: true,
-            ..Request::new(300 << 20, 0)
-        })
-        .unwrap();
-    assert_eq!(
-        e.stats().total.reserved_bytes.current,
-        before.total.reserved_bytes.current + (300 << 20)
+    assert!(before.releasable_bytes > 0);
+    let Planned::Create(plan) = e.plan(Request::new(50 << 20, 7)).unwrap() else {
+        panic!("50 MiB of a new usage cannot come from the cache");
+    };
+    assert!(
+        plan.desc().size > 50 << 20,
+        "step 1: a packed medium segment"
     );
-    e.revoke(&a).unwrap();
-    let after = e.stats();
+    assert_eq!(e.stats(), before, "a plan changes nothing yet");
+    let plan = e.refused(plan, DeviceError::OutOfMemory).unwrap();
+    assert_eq!(plan.desc().size, 50 << 20, "step 2: just the request");
+    let plan = e.refused(plan, DeviceError::OutOfMemory).unwrap();
+    let err = e.refused(plan, DeviceError::OutOfMemory).unwrap_err();
+    assert!(
+        matches!(err, Error::OutOfMemory(i) if i.device_refused),
+        "{err}"
+    );
+    let mut after = e.stats();
+    assert_eq!(after.counters.ooms, before.counters.ooms + 1);
+    assert_eq!(
+        after.counters.alloc_retries,
+        before.counters.alloc_retries + 1
+    );
+    assert_eq!(
+        after.counters.bytes_released, before.releasable_bytes,
+        "all the cache"
+    );
     assert_eq!(
         after.total.reserved_bytes.current,
-        before.total.reserved_bytes.current
+        before.total.reserved_bytes.current - before.releasable_bytes
     );
-    assert_eq!(after.counters.allocs, before.counters.allocs);
-    assert_eq!(after.counters.device_allocs, before.counters.device_allocs);
-    assert_eq!(after.counters.bytes_released, 0);
+    // Everything else is as it was: no miss, no used pool, no peak moved.
+    let mut expected = before.clone();
+    expected.counters.ooms += 1;
+    expected.counters.alloc_retries += 1;
+    expected.counters.device_frees = after.counters.device_frees;
+    expected.counters.bytes_released = after.counters.bytes_released;
+    expected.total.reserved_bytes.current = after.total.reserved_bytes.current;
+    expected.total.cached_bytes.current = after.total.cached_bytes.current;
+    expected.total.segments.current = after.total.segments.current;
+    expected.total.free_blocks.current = after.total.free_blocks.current;
+    expected.pools = after.pools.clone();
+    expected.releasable_bytes = 0;
+    expected.largest_free_block = after.largest_free_block;
+    expected.inactive_split_bytes = after.inactive_split_bytes;
+    assert_eq!(
+        after.pools.len(),
+        before.pools.len(),
+        "the refused request's pool is not shown"
+    );
+    after.pools.clone_from(&expected.pools);
+    assert_eq!(after, expected);
     e.check_invariants().unwrap();
-    assert!(e.revoke(&a).is_err(), "a second revoke is refused");
     e.free(keep.id).unwrap();
 }
 

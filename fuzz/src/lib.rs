@@ -5,8 +5,10 @@
 use std::collections::HashMap;
 
 use arbitrary::{Arbitrary, Unstructured};
+use vrampool::fault::{Fault, Faults, Faulty};
 use vrampool::{
-    Allocation, Config, Engine, Growth, Limit, Request, SimulatedDevice, Trace, replay,
+    Allocation, Config, Engine, Error, Growth, Limit, Planned, Request, SimulatedDevice, Stats,
+    Trace, replay,
 };
 
 /// Any bytes, plain or gzip: the reader returns a trace or an error with a
@@ -54,6 +56,22 @@ enum Setup {
     SharedLargePool,
 }
 
+/// How the device refuses a programmed create.
+#[derive(Arbitrary, Debug, Clone, Copy)]
+enum Refusal {
+    OutOfMemory,
+    Lost,
+}
+
+impl From<Refusal> for Fault {
+    fn from(r: Refusal) -> Fault {
+        match r {
+            Refusal::OutOfMemory => Fault::OutOfMemory,
+            Refusal::Lost => Fault::Lost,
+        }
+    }
+}
+
 /// One operation against the engine.
 #[derive(Arbitrary, Debug)]
 enum Op {
@@ -63,7 +81,11 @@ enum Op {
         usage: u8,
         exclusive: bool,
         group: bool,
-        exact: bool,
+    },
+    /// Plans an allocation, then cancels the plan if it needs a segment.
+    PlanCancel {
+        size: u32,
+        shift: u8,
     },
     Free(u16),
     DeferFree(u16),
@@ -73,7 +95,8 @@ enum Op {
     SetLimit(Option<u32>),
     SetCacheLimit(Option<u32>),
     ResetPeaks,
-    LoseDevice,
+    /// The device refuses the `n`th create from now (1 to 4).
+    Refuse(u8, Refusal),
 }
 
 #[derive(Arbitrary, Debug)]
@@ -83,9 +106,43 @@ struct Session {
     ops: Vec<Op>,
 }
 
-/// A random session of operations: after every one the engine's invariants
-/// hold, its stats match what the session holds, a freed block is refused, a
-/// hard limit is never crossed by a new segment, and nothing panics.
+/// What a refused request may change: the OOM and retry counters, and the
+/// cache it released — all that was releasable. Everything else of `after`
+/// equals `before`.
+fn check_refusal(before: &Stats, after: &Stats) {
+    let released = after.counters.bytes_released - before.counters.bytes_released;
+    assert_eq!(
+        released, before.releasable_bytes,
+        "a refused request releases every releasable byte before it fails"
+    );
+    assert_eq!(after.counters.allocs, before.counters.allocs);
+    assert_eq!(after.counters.cache_hits, before.counters.cache_hits);
+    assert_eq!(after.counters.cache_misses, before.counters.cache_misses);
+    assert_eq!(after.counters.device_allocs, before.counters.device_allocs);
+    assert_eq!(after.total.allocated_bytes, before.total.allocated_bytes);
+    assert_eq!(after.total.requested_bytes, before.total.requested_bytes);
+    assert_eq!(after.total.allocations, before.total.allocations);
+    assert_eq!(after.total.pending_bytes, before.total.pending_bytes);
+    assert_eq!(
+        after.total.reserved_bytes.current,
+        before.total.reserved_bytes.current - released
+    );
+    assert_eq!(
+        after.total.reserved_bytes.peak,
+        before.total.reserved_bytes.peak
+    );
+    assert_eq!(
+        after.pools.len(),
+        before.pools.len(),
+        "a refused request's pool is not shown"
+    );
+}
+
+/// A random session of operations, over a backend that refuses the creates
+/// the session programs: after every operation the engine's invariants hold,
+/// its stats match what the session holds, the bytes held match an
+/// independent count, no create crosses the hard limit, a freed block is
+/// refused, a refused request changes only what it may, and nothing panics.
 pub fn engine_ops(data: &[u8]) {
     let Ok(session) = Session::arbitrary_take_rest(Unstructured::new(data)) else {
         return;
@@ -102,9 +159,12 @@ pub fn engine_ops(data: &[u8]) {
         Setup::SharedLargePool => config.shared_large_pool = true,
     }
     let capacity = mib(u32::from(session.capacity_mib.max(1)));
-    let Ok(mut engine) = Engine::new(SimulatedDevice::new(capacity), config) else {
+    let faults = Faults::new();
+    let device = Faulty::new(SimulatedDevice::new(capacity), faults.clone());
+    let Ok(mut engine) = Engine::new(device, config) else {
         return;
     };
+    faults.check_limit(engine.limit());
     let mut live: Vec<Allocation> = Vec::new();
     let mut freed: Vec<Allocation> = Vec::new();
     for op in session.ops {
@@ -115,26 +175,41 @@ pub fn engine_ops(data: &[u8]) {
                 usage,
                 exclusive,
                 group,
-                exact,
             } => {
                 let size = u64::from(size) << (shift % 24);
                 let req = Request {
                     exclusive,
                     group: u8::from(group),
-                    exact_segment: exact,
-                    ..Request::new(size, u32::from(usage % 3) + 1)
+                    ..Request::new(size, u32::from(usage % 3))
                 };
-                let before = engine.stats().total.reserved_bytes.current;
+                let before = engine.stats();
                 match engine.allocate(req) {
                     Ok(a) => {
                         assert!(a.size >= size);
                         live.push(a);
                     }
-                    Err(e) => assert!(!e.to_string().is_empty()),
+                    Err(Error::OutOfMemory(_)) => check_refusal(&before, &engine.stats()),
+                    Err(_) => {
+                        let after = engine.stats();
+                        assert_eq!(after.total.allocated_bytes, before.total.allocated_bytes);
+                        assert_eq!(after.counters.device_allocs, before.counters.device_allocs);
+                    }
                 }
-                if let Some(limit) = engine.limit() {
-                    let after = engine.stats().total.reserved_bytes.current;
-                    assert!(after <= limit.max(before), "{after} reserved over {limit}");
+            }
+            Op::PlanCancel { size, shift } => {
+                let size = u64::from(size) << (shift % 24);
+                let before = engine.stats();
+                match engine.plan(Request::new(size, 0)) {
+                    Ok(Planned::Hit(a)) => live.push(a),
+                    Ok(Planned::Create(plan)) => {
+                        engine.cancel(plan);
+                        // Sizing the plan may have released cache for it, nothing else.
+                        let after = engine.stats();
+                        assert_eq!(after.counters.allocs, before.counters.allocs);
+                        assert_eq!(after.total.allocated_bytes, before.total.allocated_bytes);
+                        assert_eq!(after.counters.device_allocs, before.counters.device_allocs);
+                    }
+                    Err(_) => {}
                 }
             }
             Op::Free(i) if !live.is_empty() => {
@@ -161,10 +236,11 @@ pub fn engine_ops(data: &[u8]) {
             }
             Op::SetLimit(l) => {
                 let _ = engine.set_limit(l.map(|l| Limit::Bytes(u64::from(l) << 12)));
+                faults.check_limit(engine.limit());
             }
             Op::SetCacheLimit(c) => engine.set_cache_limit(c.map(|c| u64::from(c) << 12)),
             Op::ResetPeaks => engine.reset_peak_stats(),
-            Op::LoseDevice => engine.backend_mut().lose(),
+            Op::Refuse(n, how) => faults.refuse(u64::from(n % 4) + 1, how.into()),
             _ => {}
         }
         engine.check_invariants().unwrap();
@@ -175,6 +251,12 @@ pub fn engine_ops(data: &[u8]) {
         );
         assert_eq!(s.total.allocations.current, live.len() as u64);
         assert!(s.total.reserved_bytes.current <= capacity);
+        assert_eq!(
+            s.total.reserved_bytes.current,
+            faults.held(),
+            "an independent count"
+        );
+        assert_eq!(engine.backend().inner().used(), faults.held());
     }
     for a in live {
         engine.free(a.id).unwrap();

@@ -11,8 +11,10 @@
 use std::collections::HashMap;
 
 use clap::ValueEnum;
+use vrampool::trace::ReplayTarget;
 use vrampool::{
-    Backend, BlockId, Config, DeviceError, Engine, Error, Limit, Request, SegmentDesc, Stats,
+    Backend, BlockId, Config, DeviceError, Engine, Error, Limit, OomInfo, Request, SegmentDesc,
+    Stats,
 };
 
 /// Which policy to replay with.
@@ -80,15 +82,6 @@ pub struct Requests {
     pub submit_every: u64,
 }
 
-/// Why a policy refused a request.
-#[derive(Debug)]
-pub enum Refusal {
-    /// Out of memory (budget or device), after releasing the cache.
-    OutOfMemory,
-    /// Anything else; the replay stops with this message.
-    Fatal(String),
-}
-
 /// Byte and call counts every policy keeps, in the engine's words.
 #[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
 pub struct Figures {
@@ -106,19 +99,19 @@ pub struct Figures {
     pub cache_hits: u64,
     /// Requests that released cache and tried again.
     pub retries: u64,
+    /// Bytes of the device buffers created.
+    pub bytes_created: u64,
+    /// Bytes of the device buffers released.
+    pub bytes_released: u64,
 }
 
-/// An allocator the replay can drive.
-pub trait Policy {
-    /// Opaque handle of one allocation.
-    type Handle: Copy;
+/// An allocator the replay can drive: core's [`ReplayTarget`] (allocate,
+/// free; a refusal for lack of memory is an `Error::OutOfMemory`) with the
+/// figures the harness reports.
+pub trait Policy: ReplayTarget {
     /// Whether [`Policy::figures`] is cheap enough to call after every operation
     /// (to track peaks the policy does not keep itself).
     const TRACKS_PEAK_CHEAPLY: bool = true;
-    /// Allocates `size` bytes.
-    fn allocate(&mut self, size: u64) -> Result<Self::Handle, Refusal>;
-    /// Frees an allocation.
-    fn free(&mut self, h: Self::Handle);
     /// Current figures.
     fn figures(&self) -> Figures;
     /// Gives every cached byte back to the device; returns how many.
@@ -166,10 +159,9 @@ impl<B: Backend> EnginePolicy<B> {
     }
 }
 
-impl<B: Backend> Policy for EnginePolicy<B> {
+impl<B: Backend> ReplayTarget for EnginePolicy<B> {
     type Handle = BlockId;
-    const TRACKS_PEAK_CHEAPLY: bool = false;
-    fn allocate(&mut self, size: u64) -> Result<BlockId, Refusal> {
+    fn allocate(&mut self, size: u64) -> Result<BlockId, Error> {
         let mut req = Request::new(size, self.requests.usage);
         match self.requests.access {
             AccessMode::ReadWrite => {}
@@ -182,11 +174,7 @@ impl<B: Backend> Policy for EnginePolicy<B> {
         }
         let r = self.engine.allocate(req);
         self.op();
-        match r {
-            Ok(a) => Ok(a.id),
-            Err(Error::OutOfMemory(_)) => Err(Refusal::OutOfMemory),
-            Err(e) => Err(Refusal::Fatal(e.to_string())),
-        }
+        r.map(|a| a.id)
     }
     fn free(&mut self, h: BlockId) {
         let r = if self.requests.submit_every > 0 {
@@ -197,6 +185,10 @@ impl<B: Backend> Policy for EnginePolicy<B> {
         r.expect("the replay frees only blocks it allocated");
         self.op();
     }
+}
+
+impl<B: Backend> Policy for EnginePolicy<B> {
+    const TRACKS_PEAK_CHEAPLY: bool = false;
     fn figures(&self) -> Figures {
         let s = self.engine.stats();
         Figures {
@@ -207,6 +199,8 @@ impl<B: Backend> Policy for EnginePolicy<B> {
             device_frees: s.counters.device_frees,
             cache_hits: s.counters.cache_hits,
             retries: s.counters.alloc_retries,
+            bytes_created: s.counters.bytes_created,
+            bytes_released: s.counters.bytes_released,
         }
     }
     fn empty_cache(&mut self) -> u64 {
@@ -218,7 +212,7 @@ impl<B: Backend> Policy for EnginePolicy<B> {
 }
 
 /// Bookkeeping shared by the two baselines: a slab of device buffers and a budget.
-struct Device<B: Backend> {
+struct Buffers<B: Backend> {
     backend: B,
     slab: Vec<Option<(B::Segment, u64)>>,
     free_slots: Vec<usize>,
@@ -227,9 +221,9 @@ struct Device<B: Backend> {
     f: Figures,
 }
 
-impl<B: Backend> Device<B> {
+impl<B: Backend> Buffers<B> {
     fn new(backend: B, limit: Option<u64>, usage: u32) -> Self {
-        Device {
+        Buffers {
             backend,
             slab: Vec::new(),
             free_slots: Vec::new(),
@@ -243,18 +237,28 @@ impl<B: Backend> Device<B> {
         self.limit.is_none_or(|l| self.f.reserved + size <= l)
     }
 
-    fn create(&mut self, size: u64) -> Result<usize, Refusal> {
+    /// The out-of-memory a refused `size`-byte buffer is.
+    fn oom(&self, size: u64, device_refused: bool) -> Error {
+        Error::OutOfMemory(OomInfo {
+            requested: size,
+            allocated: self.f.allocated,
+            reserved: self.f.reserved,
+            cached: self.f.cached,
+            pending: 0,
+            limit: self.limit,
+            device_refused,
+        })
+    }
+
+    fn create(&mut self, size: u64) -> Result<usize, Error> {
         if size > self.backend.max_segment_size() {
-            return Err(Refusal::Fatal(
-                Error::TooLarge {
-                    requested: size,
-                    max_buffer_size: self.backend.max_segment_size(),
-                }
-                .to_string(),
-            ));
+            return Err(Error::TooLarge {
+                requested: size,
+                max_buffer_size: self.backend.max_segment_size(),
+            });
         }
         if !self.fits(size) {
-            return Err(Refusal::OutOfMemory);
+            return Err(self.oom(size, false));
         }
         let seg = self
             .backend
@@ -264,10 +268,12 @@ impl<B: Backend> Device<B> {
                 label: "vrampool baseline buffer",
             })
             .map_err(|e| match e {
-                DeviceError::OutOfMemory => Refusal::OutOfMemory,
-                other => Refusal::Fatal(other.to_string()),
+                DeviceError::OutOfMemory => self.oom(size, true),
+                DeviceError::Lost(why) => Error::DeviceLost(why),
+                DeviceError::Other(m) => Error::Device(m),
             })?;
         self.f.device_allocs += 1;
+        self.f.bytes_created += size;
         self.f.reserved += size;
         let slot = match self.free_slots.pop() {
             Some(i) => {
@@ -287,6 +293,7 @@ impl<B: Backend> Device<B> {
         self.free_slots.push(slot);
         self.backend.destroy_segment(seg);
         self.f.device_frees += 1;
+        self.f.bytes_released += size;
         self.f.reserved -= size;
     }
 
@@ -297,18 +304,18 @@ impl<B: Backend> Device<B> {
 
 /// No pool: every request is its own device buffer (size rounded up to 4
 /// bytes, as wgpu requires for copies), destroyed on free.
-pub struct NoCache<B: Backend>(Device<B>);
+pub struct NoCache<B: Backend>(Buffers<B>);
 
 impl<B: Backend> NoCache<B> {
     /// Over `backend`, refusing to hold more than `limit` bytes.
     pub fn new(backend: B, limit: Option<u64>, usage: u32) -> Self {
-        NoCache(Device::new(backend, limit, usage))
+        NoCache(Buffers::new(backend, limit, usage))
     }
 }
 
-impl<B: Backend> Policy for NoCache<B> {
+impl<B: Backend> ReplayTarget for NoCache<B> {
     type Handle = usize;
-    fn allocate(&mut self, size: u64) -> Result<usize, Refusal> {
+    fn allocate(&mut self, size: u64) -> Result<usize, Error> {
         let slot = self.0.create(size.div_ceil(4) * 4)?;
         self.0.f.allocated += self.0.size(slot);
         Ok(slot)
@@ -318,6 +325,9 @@ impl<B: Backend> Policy for NoCache<B> {
         self.0.destroy(h);
         self.0.backend.flush_releases();
     }
+}
+
+impl<B: Backend> Policy for NoCache<B> {
     fn figures(&self) -> Figures {
         self.0.f
     }
@@ -330,7 +340,7 @@ impl<B: Backend> Policy for NoCache<B> {
 /// request above the device's largest buffer class gets its exact size. The
 /// cache is released only when a new buffer would not fit the budget.
 pub struct SizeClass<B: Backend> {
-    dev: Device<B>,
+    dev: Buffers<B>,
     cache: HashMap<u64, Vec<usize>>,
 }
 
@@ -338,7 +348,7 @@ impl<B: Backend> SizeClass<B> {
     /// Over `backend`, refusing to hold more than `limit` bytes.
     pub fn new(backend: B, limit: Option<u64>, usage: u32) -> Self {
         SizeClass {
-            dev: Device::new(backend, limit, usage),
+            dev: Buffers::new(backend, limit, usage),
             cache: HashMap::new(),
         }
     }
@@ -353,9 +363,9 @@ impl<B: Backend> SizeClass<B> {
     }
 }
 
-impl<B: Backend> Policy for SizeClass<B> {
+impl<B: Backend> ReplayTarget for SizeClass<B> {
     type Handle = usize;
-    fn allocate(&mut self, size: u64) -> Result<usize, Refusal> {
+    fn allocate(&mut self, size: u64) -> Result<usize, Error> {
         let class = self.class(size);
         if let Some(slot) = self.cache.get_mut(&class).and_then(Vec::pop) {
             self.dev.f.cache_hits += 1;
@@ -377,6 +387,9 @@ impl<B: Backend> Policy for SizeClass<B> {
         self.dev.f.cached += class;
         self.cache.entry(class).or_default().push(h);
     }
+}
+
+impl<B: Backend> Policy for SizeClass<B> {
     fn figures(&self) -> Figures {
         self.dev.f
     }

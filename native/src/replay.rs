@@ -1,18 +1,15 @@
 //! `replay`: a trace through any [`Policy`] on any backend, with samples for
 //! the timeline and bisection for the smallest budget.
 
-use std::collections::HashMap;
 use std::time::Instant;
 
-use anyhow::{Result, bail};
+use anyhow::{Result, anyhow};
 use indicatif::ProgressBar;
 use serde::Serialize;
-use vrampool::trace::Action;
+use vrampool::trace::{Replayer, Step};
 use vrampool::{Backend, Config, ReplayReport, Trace};
 
-use crate::policy::{
-    EnginePolicy, Figures, NoCache, Policy, PolicyKind, Refusal, Requests, SizeClass,
-};
+use crate::policy::{EnginePolicy, Figures, NoCache, Policy, PolicyKind, Requests, SizeClass};
 
 /// One point of the timeline.
 #[derive(Debug, Clone, Copy, Serialize)]
@@ -82,6 +79,8 @@ pub fn run_policy<B: Backend>(
     }
 }
 
+/// Replays `trace` through `p` with core's [`Replayer`], taking a timeline
+/// sample about every thousandth event (not counted in the time per op).
 fn drive<P: Policy>(
     p: &mut P,
     trace: &Trace,
@@ -91,48 +90,36 @@ fn drive<P: Policy>(
     let n = trace.events.len() as u64;
     let every = (n / 1000).max(1);
     let mut samples = Vec::with_capacity(1024);
-    let mut live: HashMap<u64, P::Handle> = HashMap::with_capacity(1024);
-    let (mut allocs, mut frees, mut ooms, mut live_bytes) = (0u64, 0u64, 0u64, 0u64);
+    let mut replayer = Replayer::new(trace);
     let before = p.figures();
     let mut peak = Figures::default();
     let mut aside_ns = 0u128;
     let start = Instant::now();
-    for (i, e) in trace.events.iter().enumerate() {
-        match e.action {
-            Action::Allocate => {
-                allocs += 1;
-                live_bytes += e.size;
-                match p.allocate(e.size) {
-                    Ok(h) => {
-                        live.insert(e.pointer, h);
-                    }
-                    Err(Refusal::OutOfMemory) => ooms += 1,
-                    Err(Refusal::Fatal(why)) => {
-                        bail!("{}: line {}: {why}", trace.name, e.line)
-                    }
-                }
+    while let Some(step) = replayer.next_step() {
+        match step {
+            Step::Allocate { size, line } => {
+                let outcome = p.allocate(size);
+                replayer
+                    .allocated(outcome)
+                    .map_err(|e| anyhow!("{}: line {line}: {e}", trace.name))?;
             }
-            Action::Free => {
-                frees += 1;
-                live_bytes -= e.size;
-                if let Some(h) = live.remove(&e.pointer) {
-                    p.free(h);
-                }
-            }
+            Step::Free(h) => p.free(h),
+            Step::Skip => {}
         }
-        if (i as u64).is_multiple_of(every) || i + 1 == trace.events.len() {
+        let i = replayer.position() as u64 - 1;
+        if i.is_multiple_of(every) || i + 1 == n {
             let t = Instant::now();
             let f = p.figures();
             peak.allocated = peak.allocated.max(f.allocated);
             peak.reserved = peak.reserved.max(f.reserved);
             let s = Sample {
-                op: i as u64 + 1,
-                live: live_bytes,
+                op: i + 1,
+                live: replayer.live_bytes(),
                 figures: f,
             };
             probe(Moment::Sample(&s));
             samples.push(s);
-            bar.inc(every.min(n - i as u64));
+            bar.inc(every.min(n - i));
             aside_ns += t.elapsed().as_nanos();
         } else if P::TRACKS_PEAK_CHEAPLY {
             let f = p.figures();
@@ -147,7 +134,7 @@ fn drive<P: Policy>(
         peak.allocated = s.total.allocated_bytes.peak;
         peak.reserved = s.total.reserved_bytes.peak;
     }
-    for (_, h) in live.drain() {
+    for h in replayer.take_live() {
         p.free(h);
     }
     let summary = stats.map(|s| s.summary()).unwrap_or_default();
@@ -155,25 +142,28 @@ fn drive<P: Policy>(
     probe(Moment::CacheHeld);
     let released_at_end = p.empty_cache();
     probe(Moment::Emptied);
+    let after = p.figures();
+    let counts = replayer.counts();
     let hits = f.cache_hits - before.cache_hits;
-    let device_allocs = f.device_allocs - before.device_allocs;
     Ok(Outcome {
         report: ReplayReport {
             trace: trace.name.clone(),
-            allocs,
-            frees,
+            allocs: counts.allocs,
+            frees: counts.frees,
             peak_live: trace.peak_live,
             peak_allocated: peak.allocated,
             peak_reserved: peak.reserved,
             reserved_ratio: peak.reserved as f64 / trace.peak_live as f64,
-            device_allocs,
+            device_allocs: f.device_allocs - before.device_allocs,
             device_frees: f.device_frees - before.device_frees,
+            segment_bytes_created: after.bytes_created - before.bytes_created,
+            segment_bytes_released: after.bytes_released - before.bytes_released,
             cache_hits: hits,
-            cache_misses: allocs - ooms - hits,
-            ooms,
+            cache_misses: counts.allocs - counts.ooms - hits,
+            ooms: counts.ooms,
             retries: f.retries - before.retries,
             elapsed_ns: busy_ns as u64,
-            ns_per_op: busy_ns as f64 / (allocs + frees).max(1) as f64,
+            ns_per_op: busy_ns as f64 / (counts.allocs + counts.frees).max(1) as f64,
         },
         samples,
         summary,

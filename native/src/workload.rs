@@ -152,6 +152,8 @@ pub fn command(a: &WorkloadArgs, c: &Common) -> Result<ExitCode> {
                     device_frees: st.counters.device_frees,
                     cache_hits: st.counters.cache_hits,
                     retries: st.counters.alloc_retries,
+                    bytes_created: st.counters.bytes_created,
+                    bytes_released: st.counters.bytes_released,
                 },
             });
         }

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::backend::{Backend, DeviceError, SegmentDesc};
 use crate::error::Result;
+use crate::fault::{Fault, Faults};
 
 /// The engine's [`Backend`] over a `wgpu::Device`.
 pub struct WgpuBackend {
@@ -14,9 +15,8 @@ pub struct WgpuBackend {
     capacity: Option<u64>,
     /// Set by the device's lost callback (see [`WgpuBackend::new`]).
     pub(super) lost: Arc<LostState>,
-    /// When set, segment creation does not wait for the error scopes; their
-    /// futures are left here for [`Pool::alloc_async`](crate::Pool::alloc_async) to await.
-    pub(super) deferred: Option<Vec<PendingCheck>>,
+    /// Refusals injected by tests (see [`crate::fault`]).
+    faults: Option<Faults>,
 }
 
 #[cfg(not(target_arch = "wasm32"))]
@@ -24,15 +24,31 @@ type ScopeFuture = std::pin::Pin<Box<dyn std::future::Future<Output = Option<wgp
 #[cfg(target_arch = "wasm32")]
 type ScopeFuture = std::pin::Pin<Box<dyn std::future::Future<Output = Option<wgpu::Error>>>>;
 
+/// The device's answer on a new segment, not yet known: its two error
+/// scopes, which resolve at once natively and asynchronously in the browser.
 pub(super) struct PendingCheck {
-    pub(super) oom: ScopeFuture,
-    pub(super) validation: ScopeFuture,
+    oom: ScopeFuture,
+    validation: ScopeFuture,
+    /// The fault injector counted the segment as held.
+    counted: bool,
 }
 
-pub(super) fn classify(
-    oom: Option<wgpu::Error>,
-    validation: Option<wgpu::Error>,
-) -> Result<(), DeviceError> {
+impl PendingCheck {
+    /// What the device said of the segment, and whether the fault injector
+    /// counted it (to be given back with [`WgpuBackend::discard`] if refused).
+    pub(super) async fn outcome(self) -> (Result<(), DeviceError>, bool) {
+        let oom = self.oom.await;
+        let validation = self.validation.await;
+        (classify(oom, validation), self.counted)
+    }
+}
+
+/// An error scope's result that is known already.
+fn answered(error: Option<wgpu::Error>) -> ScopeFuture {
+    Box::pin(std::future::ready(error))
+}
+
+fn classify(oom: Option<wgpu::Error>, validation: Option<wgpu::Error>) -> Result<(), DeviceError> {
     if oom.is_some() {
         return Err(DeviceError::OutOfMemory);
     }
@@ -81,8 +97,75 @@ impl WgpuBackend {
             max_buffer_size: device.limits().max_buffer_size,
             capacity,
             lost,
-            deferred: None,
+            faults: None,
         }
+    }
+
+    /// The same backend refusing segments as `faults` say, through the path
+    /// wgpu's error scopes take (for tests).
+    pub fn with_faults(mut self, faults: Faults) -> Self {
+        self.faults = Some(faults);
+        self
+    }
+
+    /// Creates a segment inside its error scopes without waiting for them:
+    /// the buffer, and the check to await before handing any of it out.
+    /// Polls first, so no segment is made on a device known to be lost.
+    pub(super) fn begin_create(
+        &self,
+        desc: &SegmentDesc<'_>,
+    ) -> Result<(wgpu::Buffer, PendingCheck), DeviceError> {
+        // A destroyed device reports its loss from its next poll; poll here,
+        // on the slow path, so a new segment is never made on a lost device.
+        #[cfg(not(target_arch = "wasm32"))]
+        let _ = self.device.poll(wgpu::PollType::Poll);
+        if let Some(why) = self.lost() {
+            return Err(DeviceError::Lost(why.to_string()));
+        }
+        let injected = self.faults.as_ref().map(|f| f.on_create(desc.size));
+        let usage = wgpu::BufferUsages::from_bits_truncate(desc.usage);
+        let validation = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(desc.label),
+            size: desc.size,
+            usage,
+            mapped_at_creation: false,
+        });
+        let (oom, validation): (ScopeFuture, ScopeFuture) =
+            (Box::pin(oom.pop()), Box::pin(validation.pop()));
+        // An injected refusal replaces the scopes' answer with the error wgpu
+        // would give, so it takes the same path as a real one.
+        let (oom, validation) = match injected.flatten() {
+            Some(Fault::OutOfMemory) => (
+                answered(Some(wgpu::Error::OutOfMemory {
+                    source: "out of memory (injected)".into(),
+                })),
+                validation,
+            ),
+            Some(Fault::Lost) => (
+                oom,
+                answered(Some(wgpu::Error::Validation {
+                    source: "device lost (injected)".into(),
+                    description: "the device was lost (injected)".into(),
+                })),
+            ),
+            None => (oom, validation),
+        };
+        let check = PendingCheck {
+            oom,
+            validation,
+            counted: injected == Some(None),
+        };
+        Ok((buffer, check))
+    }
+
+    /// Gives back a buffer whose check refused it.
+    pub(super) fn discard(&self, buffer: wgpu::Buffer, counted: bool) {
+        if counted && let Some(f) = &self.faults {
+            f.on_release(buffer.size());
+        }
+        buffer.destroy();
     }
 
     /// Why the device was lost, once its lost callback has run.
@@ -126,53 +209,38 @@ impl Backend for WgpuBackend {
     type Segment = wgpu::Buffer;
 
     fn create_segment(&mut self, desc: &SegmentDesc<'_>) -> Result<wgpu::Buffer, DeviceError> {
-        // A destroyed device reports its loss from its next poll; poll here,
-        // on the slow path, so a new segment is never made on a lost device.
-        #[cfg(not(target_arch = "wasm32"))]
-        let _ = self.device.poll(wgpu::PollType::Poll);
-        if let Some(why) = self.lost() {
-            return Err(DeviceError::Lost(why.to_string()));
-        }
-        let usage = wgpu::BufferUsages::from_bits_truncate(desc.usage);
-        let validation = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
-        let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some(desc.label),
-            size: desc.size,
-            usage,
-            mapped_at_creation: false,
-        });
-        let oom = oom.pop();
-        let validation = validation.pop();
-        if let Some(pending) = &mut self.deferred {
-            pending.push(PendingCheck {
-                oom: Box::pin(oom),
-                validation: Box::pin(validation),
-            });
-            return Ok(buffer);
-        }
+        let (buffer, check) = self.begin_create(desc)?;
+        // Natively the scopes have resolved already. In the browser they
+        // resolve later: Pool::alloc_async awaits them instead, and only the
+        // preallocation (made synchronously) is taken unchecked there.
         #[cfg(not(target_arch = "wasm32"))]
         {
-            let result = classify(pollster::block_on(oom), pollster::block_on(validation));
-            if result.is_err() {
-                buffer.destroy();
+            match pollster::block_on(check.outcome()) {
+                (Ok(()), _) => Ok(buffer),
+                (Err(refusal), counted) => {
+                    self.discard(buffer, counted);
+                    Err(refusal)
+                }
             }
-            result.map(|()| buffer)
         }
         #[cfg(target_arch = "wasm32")]
         {
-            // In the browser error scopes resolve asynchronously: Pool::alloc_async
-            // always runs in deferred mode, so this is not reached.
-            drop((oom, validation));
+            drop(check);
             Ok(buffer)
         }
     }
 
     fn destroy_segment(&mut self, segment: wgpu::Buffer) {
+        if let Some(f) = &self.faults {
+            f.on_release(segment.size());
+        }
         segment.destroy();
     }
 
     fn abandon_segment(&mut self, segment: wgpu::Buffer) {
+        if let Some(f) = &self.faults {
+            f.on_release(segment.size());
+        }
         // Commands recorded but not submitted may still use it: dropping the
         // handle (not destroying the buffer) lets wgpu keep it for them and
         // free it after they ran. Natively an idle buffer is freed at once;

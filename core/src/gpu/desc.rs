@@ -13,8 +13,8 @@ use std::sync::Arc;
 
 use wgpu::BufferUsages as U;
 
-use crate::engine::Request;
 use crate::error::{Error, Result};
+use crate::types::Request;
 
 /// Usage every read-only or dedicated segment is created with when
 /// [`PoolOptions::widen_usage`](crate::PoolOptions::widen_usage) is on: one
@@ -308,7 +308,6 @@ impl<'a> AllocDesc<'a> {
             exclusive,
             group,
             label: self.label.map(Arc::from),
-            exact_segment: false,
         })
     }
 }

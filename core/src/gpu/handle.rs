@@ -6,7 +6,7 @@ use std::num::NonZeroU64;
 use std::ops::Range;
 use std::sync::{Arc, Weak};
 
-use crate::engine::{BlockId, SegmentId};
+use crate::types::{BlockId, SegmentId};
 
 use super::desc::Sharing;
 use super::pool::{Inner, Reuse};

@@ -10,11 +10,15 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::engine::{Allocation, Config, DeviceError, Engine, Leak, Limit, Request, Snapshot};
+use crate::config::{Config, Limit};
+use crate::engine::{Engine, InvariantError, Planned, SegmentPlan};
 use crate::error::{Error, OomInfo, Result};
+use crate::fault::Faults;
+use crate::snapshot::{Leak, Snapshot};
 use crate::stats::Stats;
+use crate::types::{Allocation, Request};
 
-use super::backend::{LostState, WgpuBackend, classify};
+use super::backend::{LostState, WgpuBackend};
 use super::desc::{
     AllocDesc, GPU_USAGE, GROUP_READ_ONLY, GROUP_READ_WRITE, READ_WRITE_USAGE, Sharing,
 };
@@ -33,6 +37,9 @@ pub struct PoolOptions {
     pub widen_usage: bool,
     /// When a dropped block may be handed to its next owner.
     pub reuse: Reuse,
+    /// For tests: device refusals to inject (see [`crate::fault`]); they take
+    /// the path wgpu's error scopes take, natively and in the browser.
+    pub faults: Option<Faults>,
 }
 
 impl Default for PoolOptions {
@@ -41,6 +48,7 @@ impl Default for PoolOptions {
             config: Config::default(),
             widen_usage: true,
             reuse: Reuse::AfterSubmit,
+            faults: None,
         }
     }
 }
@@ -148,7 +156,10 @@ impl Pool {
             // The preallocation serves read-write blocks: a tensor library's.
             config.default_usage = READ_WRITE_USAGE.bits();
         }
-        let backend = WgpuBackend::new(&device, config.capacity);
+        let mut backend = WgpuBackend::new(&device, config.capacity);
+        if let Some(faults) = options.faults {
+            backend = backend.with_faults(faults);
+        }
         let mut engine = Engine::new(backend, config)?;
         engine.name_pool(
             READ_WRITE_USAGE.bits(),
@@ -283,48 +294,56 @@ impl Pool {
     }
 
     /// Allocates a buffer range, awaiting the device's error scopes: the way to
-    /// allocate in the browser, where they resolve asynchronously. Works natively too.
+    /// allocate in the browser, where they resolve asynchronously. Works
+    /// natively too. The engine's ladder is the native path's (the planned
+    /// segment, then just the request, then the same after releasing the
+    /// cache), one device answer at a time; a refused segment is destroyed
+    /// before any handle to it exists, and changes no figure.
     pub async fn alloc_async(&self, desc: AllocDesc<'_>) -> Result<PoolBuffer> {
-        let mut req = self.request(&desc)?;
+        let req = self.request(&desc)?;
+        // One allocation at a time waits for the device (the engine counts
+        // the plan against the limits meanwhile).
         let _gate = self.inner.alloc_gate.lock().await;
-        // The ladder of the native path, one device answer at a time: the pool's
-        // choice of segment, then a segment of just the request, then the same
-        // after releasing the whole cache.
-        for attempt in 0..3 {
-            let (a, checks) = {
-                let mut engine = self.inner.engine();
-                engine.backend_mut().deferred = Some(Vec::new());
-                let a = engine.allocate(req.clone());
-                let checks = engine.backend_mut().deferred.take().unwrap_or_default();
-                (a?, checks)
-            };
-            let mut failure = Ok(());
-            for c in checks {
-                let r = classify(c.oom.await, c.validation.await);
-                if failure.is_ok() {
-                    failure = r;
-                }
-            }
+        let plan = {
             let mut engine = self.inner.engine();
-            let Err(e) = failure else {
-                return Ok(self.wrap(&engine, a, &desc, &req));
+            match engine.plan(req.clone())? {
+                Planned::Hit(a) => return Ok(self.wrap(&engine, a, &desc, &req)),
+                Planned::Create(plan) => plan,
+            }
+        };
+        let mut plan = PlanGuard {
+            inner: &self.inner,
+            plan: Some(plan),
+        };
+        loop {
+            let begun = self
+                .inner
+                .engine()
+                .backend()
+                .begin_create(&plan.get().desc());
+            let (buffer, check) = match begun {
+                Ok(created) => created,
+                Err(refusal) => {
+                    let mut engine = self.inner.engine();
+                    let next = engine.refused(plan.take(), refusal)?;
+                    plan.put(next);
+                    continue;
+                }
             };
-            engine.revoke(&a)?;
-            match e {
-                DeviceError::OutOfMemory if attempt == 0 => req.exact_segment = true,
-                DeviceError::OutOfMemory if attempt == 1 => {
-                    engine.note_retry();
-                    engine.empty_cache();
+            let (outcome, counted) = check.outcome().await;
+            let mut engine = self.inner.engine();
+            match outcome {
+                Ok(()) => {
+                    let a = engine.commit(plan.take(), buffer);
+                    return Ok(self.wrap(&engine, a, &desc, &req));
                 }
-                DeviceError::OutOfMemory => return Err(engine.out_of_memory(req.size, true)),
-                DeviceError::Lost(w) => {
-                    engine.mark_lost(w.clone());
-                    return Err(Error::DeviceLost(w));
+                Err(refusal) => {
+                    engine.backend().discard(buffer, counted);
+                    let next = engine.refused(plan.take(), refusal)?;
+                    plan.put(next);
                 }
-                DeviceError::Other(m) => return Err(Error::Device(m)),
             }
         }
-        unreachable!("the third attempt returns")
     }
 
     /// Submits `command_buffers` on the pool's queue, then makes every block
@@ -422,7 +441,7 @@ impl Pool {
 
     /// Checks the engine's invariants (see ARCHITECTURE.md); O(blocks), for tests
     /// and debugging.
-    pub fn check_invariants(&self) -> std::result::Result<(), String> {
+    pub fn check_invariants(&self) -> std::result::Result<(), InvariantError> {
         self.inner.engine().check_invariants()
     }
 
@@ -490,5 +509,32 @@ impl std::fmt::Debug for Pool {
             .field("allocated", &s.total.allocated_bytes.current)
             .field("reserved", &s.total.reserved_bytes.current)
             .finish()
+    }
+}
+
+/// A plan awaiting the device in [`Pool::alloc_async`]: cancelled in the
+/// engine if the future is dropped before the plan is settled.
+struct PlanGuard<'p> {
+    inner: &'p Inner,
+    plan: Option<SegmentPlan>,
+}
+
+impl PlanGuard<'_> {
+    fn get(&self) -> &SegmentPlan {
+        self.plan.as_ref().expect("a plan is held between steps")
+    }
+    fn take(&mut self) -> SegmentPlan {
+        self.plan.take().expect("a plan is held between steps")
+    }
+    fn put(&mut self, plan: SegmentPlan) {
+        self.plan = Some(plan);
+    }
+}
+
+impl Drop for PlanGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(plan) = self.plan.take() {
+            self.inner.engine().cancel(plan);
+        }
     }
 }

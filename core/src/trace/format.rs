@@ -1,15 +1,11 @@
-//! Allocation traces in RAPIDS RMM's CSV log format
-//! (`Thread,Time,Action,Pointer,Size,Stream`): reading (plain or gzip),
-//! recording, and replaying through any [`Backend`].
+//! Reading RAPIDS RMM's CSV log format (`Thread,Time,Action,Pointer,Size,Stream`),
+//! plain or gzip, streamed and validated: every error names its line.
 
 use std::collections::HashMap;
 use std::io::Read;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
-
-use crate::engine::{Backend, BlockId, Engine, Request};
-use crate::error::Error;
 
 /// The header every RMM log starts with.
 pub const HEADER: &str = "Thread,Time,Action,Pointer,Size,Stream";
@@ -365,149 +361,5 @@ impl Trace {
         t.peak_live = peak;
         t.largest = largest;
         t
-    }
-}
-
-/// Figures of one replay.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ReplayReport {
-    /// The trace's name.
-    pub trace: String,
-    /// Allocations replayed (including refused ones).
-    pub allocs: u64,
-    /// Frees replayed.
-    pub frees: u64,
-    /// Peak live bytes of the trace (requested sizes).
-    pub peak_live: u64,
-    /// Peak allocated bytes (rounded blocks).
-    pub peak_allocated: u64,
-    /// Peak reserved bytes (device segments).
-    pub peak_reserved: u64,
-    /// `peak_reserved / peak_live`.
-    pub reserved_ratio: f64,
-    /// Device buffers created.
-    pub device_allocs: u64,
-    /// Device buffers destroyed.
-    pub device_frees: u64,
-    /// Allocations served from the cache.
-    pub cache_hits: u64,
-    /// Allocations that needed a device call.
-    pub cache_misses: u64,
-    /// Allocations refused for lack of memory.
-    pub ooms: u64,
-    /// Allocations that had to release cache and retry.
-    pub retries: u64,
-    /// Wall time of the replay loop, nanoseconds.
-    pub elapsed_ns: u64,
-    /// Wall time per allocate or free, nanoseconds.
-    pub ns_per_op: f64,
-}
-
-/// Replays `trace` through `engine`, allocating with `usage`. Allocations the
-/// pool refuses are counted as OOMs (and their frees skipped); the replay goes on.
-///
-/// ```
-/// use vrampool::{Config, Engine, SimulatedDevice, Trace, replay};
-/// let csv = "Thread,Time,Action,Pointer,Size,Stream\n0,0,allocate,0x10,4096,0x0\n0,0,free,0x10,4096,0x0\n";
-/// let trace = Trace::parse("tiny", csv.as_bytes())?;
-/// let mut engine = Engine::new(SimulatedDevice::new(1 << 30), Config::default())?;
-/// let report = replay(&mut engine, &trace, 0);
-/// assert_eq!((report.allocs, report.frees, report.ooms), (1, 1, 0));
-/// # Ok::<(), vrampool::Error>(())
-/// ```
-pub fn replay<B: Backend>(engine: &mut Engine<B>, trace: &Trace, usage: u32) -> ReplayReport {
-    let before = engine.stats().counters;
-    engine.reset_peak_stats();
-    let mut live: HashMap<u64, BlockId> = HashMap::with_capacity(1024);
-    let (mut allocs, mut frees, mut ooms) = (0u64, 0u64, 0u64);
-    let start = web_time::Instant::now();
-    for e in &trace.events {
-        match e.action {
-            Action::Allocate => {
-                allocs += 1;
-                match engine.allocate(Request::new(e.size, usage)) {
-                    Ok(a) => {
-                        live.insert(e.pointer, a.id);
-                    }
-                    Err(Error::OutOfMemory(_)) | Err(Error::TooLarge { .. }) => ooms += 1,
-                    Err(other) => {
-                        tracing::warn!("replay {}: line {}: {other}", trace.name, e.line);
-                        ooms += 1;
-                    }
-                }
-            }
-            Action::Free => {
-                frees += 1;
-                if let Some(id) = live.remove(&e.pointer) {
-                    engine
-                        .free(id)
-                        .expect("a block the replay allocated is live");
-                }
-            }
-        }
-    }
-    let elapsed_ns = start.elapsed().as_nanos() as u64;
-    for (_, id) in live.drain() {
-        let _ = engine.free(id);
-    }
-    let s = engine.stats();
-    let c = s.counters;
-    ReplayReport {
-        trace: trace.name.clone(),
-        allocs,
-        frees,
-        peak_live: trace.peak_live,
-        peak_allocated: s.total.allocated_bytes.peak,
-        peak_reserved: s.total.reserved_bytes.peak,
-        reserved_ratio: s.total.reserved_bytes.peak as f64 / trace.peak_live as f64,
-        device_allocs: c.device_allocs - before.device_allocs,
-        device_frees: c.device_frees - before.device_frees,
-        cache_hits: c.cache_hits - before.cache_hits,
-        cache_misses: c.cache_misses - before.cache_misses,
-        ooms,
-        retries: c.alloc_retries - before.alloc_retries,
-        elapsed_ns,
-        ns_per_op: elapsed_ns as f64 / (allocs + frees).max(1) as f64,
-    }
-}
-
-/// Writes allocate/free events as RMM CSV log lines.
-#[derive(Debug, Clone)]
-pub struct Recorder {
-    out: String,
-}
-
-impl Default for Recorder {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Recorder {
-    /// An empty log with its header.
-    pub fn new() -> Self {
-        let mut out = String::with_capacity(4096);
-        out.push_str(HEADER);
-        out.push('\n');
-        Recorder { out }
-    }
-
-    /// Appends one event.
-    pub fn record(&mut self, allocate: bool, pointer: u64, size: u64) {
-        use std::fmt::Write;
-        let t = web_time::SystemTime::now()
-            .duration_since(web_time::SystemTime::UNIX_EPOCH)
-            .map(|d| d.as_secs_f64())
-            .unwrap_or(0.0);
-        let _ = writeln!(
-            self.out,
-            "0,{t:.6},{},{pointer:#x},{size},0x0",
-            if allocate { "allocate" } else { "free" }
-        );
-    }
-
-    /// The log text.
-    pub fn finish(self) -> String {
-        self.out
     }
 }

@@ -1,0 +1,102 @@
+//! Frees that wait for a mark: a block whose owner is done while commands
+//! recorded before the free may still run is *pending* — neither reused nor
+//! coalesced — until the caller reclaims a mark taken after the free (the
+//! wgpu binding does when it learns of a submit).
+
+use crate::backend::Backend;
+use crate::error::Result;
+use crate::types::BlockId;
+
+use super::Engine;
+use super::store::BlockState;
+
+/// A block freed with [`Engine::defer_free`], waiting for its mark.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Deferred {
+    pub(super) mark: u64,
+    pub(super) block: u32,
+    pub(super) generation: u32,
+}
+
+impl<B: Backend> Engine<B> {
+    /// Returns a block whose bytes commands recorded but not yet submitted
+    /// may still use: it is *pending* — counted in `pending_bytes`, neither
+    /// reused nor coalesced — until [`Engine::reclaim_deferred`] is called
+    /// with a mark taken after this call. A segment holding only free and
+    /// pending blocks may still be released; the backend is then told to
+    /// [`abandon`](Backend::abandon_segment) it rather than destroy it.
+    ///
+    /// ```
+    /// use vrampool::{Config, Engine, Request, SimulatedDevice};
+    /// let mut e = Engine::new(SimulatedDevice::new(1 << 30), Config::default())?;
+    /// let a = e.allocate(Request::new(4096, 0))?;
+    /// e.defer_free(a.id)?;
+    /// let b = e.allocate(Request::new(4096, 0))?; // not a's bytes
+    /// assert_ne!(b.offset, a.offset);
+    /// assert_eq!(e.stats().total.pending_bytes.current, 4096);
+    /// let mark = e.defer_mark(); // ... the work using `a` is submitted ...
+    /// assert_eq!(e.reclaim_deferred(mark), 4096);
+    /// assert_eq!(e.stats().total.pending_bytes.current, 0);
+    /// # Ok::<(), vrampool::Error>(())
+    /// ```
+    pub fn defer_free(&mut self, id: BlockId) -> Result<()> {
+        let b = self.take_live(id)?;
+        let block = &mut self.blocks[b as usize];
+        block.state = BlockState::Pending;
+        let (segment, size, generation) = (block.segment, block.size, block.generation);
+        let seg = self.segments[segment as usize].as_mut().unwrap();
+        seg.pending += size;
+        let pool = seg.pool as usize;
+        for st in [&mut self.total, &mut self.pools[pool].stats] {
+            st.pending_bytes.add(size);
+            st.pending_blocks.add(1);
+        }
+        self.deferred.push_back(Deferred {
+            mark: self.defer_mark,
+            block: b,
+            generation,
+        });
+        Ok(())
+    }
+
+    /// A mark covering every block deferred so far: pass it to
+    /// [`Engine::reclaim_deferred`] once the work recorded before those frees
+    /// has been submitted. Blocks deferred after this call wait for a later mark.
+    pub fn defer_mark(&mut self) -> u64 {
+        self.defer_mark += 1;
+        self.defer_mark - 1
+    }
+
+    /// Makes every block deferred up to `mark` free for reuse (coalescing it
+    /// with free neighbours); returns their bytes. Blocks whose segment was
+    /// released meanwhile are gone already.
+    pub fn reclaim_deferred(&mut self, mark: u64) -> u64 {
+        let mut bytes = 0;
+        while let Some(&d) = self.deferred.front() {
+            if d.mark > mark {
+                break;
+            }
+            self.deferred.pop_front();
+            let block = &self.blocks[d.block as usize];
+            if block.state != BlockState::Pending || block.generation != d.generation {
+                continue; // released with its segment
+            }
+            let (segment, size) = (block.segment, block.size);
+            let seg = self.segments[segment as usize].as_mut().unwrap();
+            seg.pending -= size;
+            let pool = seg.pool as usize;
+            for st in [&mut self.total, &mut self.pools[pool].stats] {
+                st.pending_bytes.sub(size);
+                st.pending_blocks.sub(1);
+            }
+            self.make_free(d.block);
+            bytes += size;
+        }
+        bytes
+    }
+
+    /// Bytes of pending blocks (see [`Engine::defer_free`]).
+    pub fn pending_bytes(&self) -> u64 {
+        self.total.pending_bytes.current
+    }
+}

@@ -1,0 +1,268 @@
+//! A request the cache cannot serve, in two phases: [`Engine::plan`] sizes a
+//! new segment under the hard limit and the soft headroom (releasing cached
+//! segments the limits need back), the caller has the backend create it — at
+//! once natively, awaited in the browser — and [`Engine::commit`] takes the
+//! segment in, or [`Engine::refused`] takes the next step of the ladder: ask
+//! for just the request, then release the whole cache and ask once more, then
+//! fail with the pool's state. [`Engine::allocate`] runs the ladder itself.
+//!
+//! Architecture invariant: this is the only place a device refusal becomes an
+//! [`Error`], and nothing a refused plan did is left in the figures but the
+//! retry and OOM counters and the cache it released.
+
+use crate::backend::{Backend, DeviceError, SegmentDesc};
+use crate::error::{Error, OomInfo, Result};
+use crate::types::{Allocation, Request, SegmentClass};
+
+use super::Engine;
+use super::store::round_up;
+
+/// What [`Engine::plan`] decided.
+#[derive(Debug)]
+pub enum Planned {
+    /// Served from the cache.
+    Hit(Allocation),
+    /// A new segment is needed: have the backend create [`SegmentPlan::desc`],
+    /// then [`Engine::commit`] it, or report the refusal to [`Engine::refused`].
+    Create(SegmentPlan),
+}
+
+/// A segment the engine wants created for one request, and where the request
+/// stands on the ladder. Counted against the limits until it is committed,
+/// refused to the end, or [`cancelled`](Engine::cancel).
+#[derive(Debug)]
+#[must_use = "commit the created segment, report the refusal, or cancel the plan"]
+pub struct SegmentPlan {
+    req: Request,
+    pool: u16,
+    class: SegmentClass,
+    rounded: u64,
+    size: u64,
+    usage: u32,
+    label: String,
+    /// The cache was released and the request retried once already.
+    retried: bool,
+}
+
+impl SegmentPlan {
+    /// The segment to create.
+    pub fn desc(&self) -> SegmentDesc<'_> {
+        SegmentDesc {
+            size: self.size,
+            usage: self.usage,
+            label: &self.label,
+        }
+    }
+
+    /// The bytes the caller asked for.
+    pub fn requested(&self) -> u64 {
+        self.req.size
+    }
+}
+
+impl<B: Backend> Engine<B> {
+    /// Reserved bytes plus segments planned and not yet settled.
+    fn held(&self) -> u64 {
+        self.total.reserved_bytes.current + self.in_flight
+    }
+
+    /// Step one of an allocation: a cached block, or the segment to create.
+    /// Refusals the engine decides alone (device lost, size 0, larger than a
+    /// buffer, over the hard limit with nothing left to release) are errors
+    /// here; a request the cache serves changes the figures as
+    /// [`Engine::allocate`] does.
+    ///
+    /// ```
+    /// use vrampool::{Backend, Config, Engine, Planned, Request, SimulatedDevice};
+    /// let mut e = Engine::new(SimulatedDevice::new(1 << 30), Config::default())?;
+    /// let Planned::Create(plan) = e.plan(Request::new(4096, 0))? else { unreachable!() };
+    /// let segment = SimulatedDevice::new(1 << 30).create_segment(&plan.desc()).unwrap();
+    /// let a = e.commit(plan, segment);
+    /// assert_eq!(e.stats().counters.cache_misses, 1);
+    /// # let _ = a; Ok::<(), vrampool::Error>(())
+    /// ```
+    pub fn plan(&mut self, req: Request) -> Result<Planned> {
+        if let Some(why) = &self.lost {
+            return Err(Error::DeviceLost(why.clone()));
+        }
+        if req.size == 0 {
+            return Err(Error::ZeroSize);
+        }
+        let rounded = req
+            .size
+            .checked_add(self.config.alignment - 1)
+            .map(|x| x & !(self.config.alignment - 1))
+            .filter(|&r| r <= self.max_segment)
+            .ok_or(Error::TooLarge {
+                requested: req.size,
+                max_buffer_size: self.max_segment,
+            })?;
+        let pool = self.pool_of(&req);
+        let class = self.class_of(rounded, req.exclusive);
+        self.tick += 1;
+        if let Some(b) = self.find_cached(pool, class, rounded) {
+            self.counters.cache_hits += 1;
+            return Ok(Planned::Hit(self.take_block(b, rounded, req)));
+        }
+        let mut size = self.segment_size(rounded, class);
+        let mut retried = false;
+        // Hard limit: release cached segments, then shrink the segment to the request.
+        if let Some(limit) = self.limit
+            && self.held() + size > limit
+        {
+            if self.held() + rounded <= limit {
+                size = self.fit(size, rounded, limit);
+            } else {
+                self.counters.alloc_retries += 1;
+                retried = true;
+                self.release((self.held() + rounded).saturating_sub(limit));
+                if self.held() + rounded > limit {
+                    return Err(self.oom(req.size, false));
+                }
+                size = self.fit(size, rounded, limit);
+            }
+        }
+        // Soft headroom: keep reserved within (1 + h) × peak allocated.
+        if let Some(target) = self.soft_target(rounded)
+            && self.held() + size > target
+        {
+            if size > rounded && self.held() + rounded <= target {
+                size = self.fit(size, rounded, target);
+            } else {
+                self.release((self.held() + size).saturating_sub(target));
+            }
+        }
+        let label = format!(
+            "vrampool {} segment {}",
+            self.pools[pool as usize].name, self.counters.device_allocs
+        );
+        self.in_flight += size;
+        Ok(Planned::Create(SegmentPlan {
+            usage: self.pools[pool as usize].usage,
+            req,
+            pool,
+            class,
+            rounded,
+            size,
+            label,
+            retried,
+        }))
+    }
+
+    /// Takes in the segment the backend created for `plan` and hands out the
+    /// request's block in it.
+    pub fn commit(&mut self, plan: SegmentPlan, segment: B::Segment) -> Allocation {
+        self.in_flight -= plan.size;
+        let index = self.insert_segment(segment, plan.label, plan.pool, plan.class, plan.size);
+        self.counters.cache_misses += 1;
+        let first = self.segments[index as usize].as_ref().unwrap().first;
+        self.take_block(first, plan.rounded, plan.req)
+    }
+
+    /// The device refused `plan`'s segment: the next plan to try (just the
+    /// request instead of a packed segment; then the same after releasing the
+    /// whole cache), or the error that ends the request — out of memory with
+    /// the pool's state, device lost (every later request fails too), or the
+    /// device's own message.
+    pub fn refused(&mut self, mut plan: SegmentPlan, refusal: DeviceError) -> Result<SegmentPlan> {
+        match refusal {
+            DeviceError::OutOfMemory if plan.size > plan.rounded => {
+                self.in_flight -= plan.size - plan.rounded;
+                plan.size = plan.rounded;
+                Ok(plan)
+            }
+            DeviceError::OutOfMemory if !plan.retried => {
+                self.counters.alloc_retries += 1;
+                plan.retried = true;
+                self.release(u64::MAX);
+                Ok(plan)
+            }
+            DeviceError::OutOfMemory => {
+                self.in_flight -= plan.size;
+                Err(self.oom(plan.req.size, true))
+            }
+            DeviceError::Lost(why) => {
+                self.in_flight -= plan.size;
+                self.lost = Some(why.clone());
+                Err(Error::DeviceLost(why))
+            }
+            DeviceError::Other(message) => {
+                self.in_flight -= plan.size;
+                Err(Error::Device(message))
+            }
+        }
+    }
+
+    /// Drops a plan the caller will not carry out (its future was cancelled):
+    /// its bytes stop counting against the limits.
+    pub fn cancel(&mut self, plan: SegmentPlan) {
+        self.in_flight -= plan.size;
+    }
+
+    /// The soft headroom's cap on reserved bytes if `rounded` more were allocated.
+    fn soft_target(&self, rounded: u64) -> Option<u64> {
+        let h = self.config.headroom?;
+        let peak = self
+            .high_water
+            .max(self.total.allocated_bytes.current + rounded);
+        Some(((peak as f64 * (1.0 + h)) as u64).max(self.config.headroom_floor))
+    }
+
+    /// The largest aligned segment size in `rounded..=size` that keeps what is
+    /// held under `cap`.
+    fn fit(&self, size: u64, rounded: u64, cap: u64) -> u64 {
+        let room = cap.saturating_sub(self.held()) & !(self.config.alignment - 1);
+        room.min(size).max(rounded)
+    }
+
+    /// Reserves `bytes` in one pinned segment of the default pool.
+    pub fn preallocate(&mut self, bytes: u64) -> Result<()> {
+        if bytes == 0 {
+            return Ok(());
+        }
+        if bytes > self.max_segment {
+            return Err(Error::TooLarge {
+                requested: bytes,
+                max_buffer_size: self.max_segment,
+            });
+        }
+        let size = round_up(bytes, self.config.alignment);
+        if let Some(limit) = self.limit
+            && self.held() + size > limit
+        {
+            return Err(Error::Config(format!(
+                "cannot preallocate {}: the limit is {} and {} is already reserved; raise the limit or preallocate less",
+                crate::fmt_bytes(size),
+                crate::fmt_bytes(limit),
+                crate::fmt_bytes(self.total.reserved_bytes.current)
+            )));
+        }
+        let usage = self.config.default_usage;
+        let pool = self.pool_index(usage, false, 0, || format!("usage {usage:#x}"));
+        let label = "vrampool preallocated segment".to_string();
+        let payload = self
+            .backend
+            .create_segment(&SegmentDesc {
+                size,
+                usage,
+                label: &label,
+            })
+            .map_err(|e| match e {
+                DeviceError::OutOfMemory => Error::OutOfMemory(OomInfo {
+                    requested: size,
+                    allocated: 0,
+                    reserved: self.total.reserved_bytes.current,
+                    cached: self.total.cached_bytes.current,
+                    pending: self.total.pending_bytes.current,
+                    limit: self.limit,
+                    device_refused: true,
+                }),
+                DeviceError::Lost(w) => Error::DeviceLost(w),
+                DeviceError::Other(m) => Error::Device(m),
+            })?;
+        let s = self.insert_segment(payload, label, pool, SegmentClass::Preallocated, size);
+        self.segments[s as usize].as_mut().unwrap().pinned = true;
+        self.has_preallocation = true;
+        Ok(())
+    }
+}

@@ -1,0 +1,279 @@
+//! The allocation engine: segments, blocks, best-fit with split and coalesce,
+//! and the release policies. It knows nothing of wgpu; it drives a
+//! [`Backend`] that creates and destroys segments.
+//!
+//! One concern per file:
+//! - `mod.rs` — [`Engine`]: construction, settings, and the native
+//!   allocation path (plan, create, commit);
+//! - `store.rs` — the block and segment slabs, the per-usage free indexes,
+//!   split on take and coalesce on free;
+//! - `placement.rs` — size classes, segment sizes and which cached block may
+//!   serve a request;
+//! - `ladder.rs` — a missed request's segment: sizing it under the limits,
+//!   and the steps after a device refusal ([`SegmentPlan`]);
+//! - `release.rs` — giving segments back: limits, cache limit, `empty_cache`;
+//! - `deferred.rs` — frees that wait for a mark ([`Engine::defer_free`]);
+//! - `inspect.rs` — stats, snapshots, leaks;
+//! - `invariants.rs` — [`Engine::check_invariants`].
+//!
+//! Architecture invariant: the engine never calls the device except through
+//! [`Backend`], and never holds a segment the backend has not created
+//! successfully: a refused segment changes no figure but the retry and OOM
+//! counters (and the cache a retry released).
+
+mod deferred;
+mod inspect;
+mod invariants;
+mod ladder;
+mod placement;
+mod release;
+mod store;
+
+use std::collections::VecDeque;
+
+use crate::backend::Backend;
+use crate::config::{Config, Growth, Limit};
+use crate::error::{Error, OomInfo, Result};
+use crate::stats::{Counters, PoolStats};
+use crate::trace::Recorder;
+use crate::types::{Allocation, Request};
+
+pub use invariants::InvariantError;
+pub use ladder::{Planned, SegmentPlan};
+
+use deferred::Deferred;
+use store::{Block, Segment, UsagePool};
+
+/// An observer called with the pool's state whenever a request fails for lack of memory.
+pub type OomObserver = Box<dyn Fn(&OomInfo) + Send + Sync>;
+
+/// Numbers engines; each starts its block generations elsewhere (Fibonacci
+/// hashing spreads the starts over the 32-bit range), so a block id from one is
+/// refused by another.
+static NEXT_ENGINE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
+
+/// The allocation engine over a [`Backend`].
+///
+/// ```
+/// use vrampool::{Engine, Config, Request, SimulatedDevice};
+/// let mut engine = Engine::new(SimulatedDevice::new(1 << 30), Config::default())?;
+/// let a = engine.allocate(Request::new(4096, 0))?;
+/// engine.free(a.id)?;
+/// let b = engine.allocate(Request::new(4096, 0))?; // served from the cache
+/// assert_eq!(engine.stats().counters.cache_hits, 1);
+/// engine.free(b.id)?;
+/// assert!(engine.empty_cache() > 0);
+/// assert_eq!(engine.stats().total.reserved_bytes.current, 0);
+/// # Ok::<(), vrampool::Error>(())
+/// ```
+pub struct Engine<B: Backend> {
+    backend: B,
+    /// Where this engine's block generations start (see [`crate::BlockId`]).
+    generation_start: u32,
+    config: Config,
+    limit: Option<u64>,
+    max_segment: u64,
+    blocks: Vec<Block>,
+    vacant_blocks: Vec<u32>,
+    segments: Vec<Option<Segment<B::Segment>>>,
+    vacant_segments: Vec<u32>,
+    pools: Vec<UsagePool>,
+    total: PoolStats,
+    counters: Counters,
+    tick: u64,
+    next_address: u64,
+    recorder: Option<Recorder>,
+    observers: Vec<OomObserver>,
+    lost: Option<String>,
+    has_preallocation: bool,
+    /// Highest allocated bytes since the engine was made: what the headroom
+    /// and the split guard scale with. Unlike the stats' peak, resetting peak
+    /// stats does not touch it.
+    high_water: u64,
+    /// The free-index key of medium blocks (see [`Engine::key`]), fixed by the config.
+    medium_key: u8,
+    /// Bytes of segments planned and not yet committed or refused: counted
+    /// against the limits, so a plan awaiting the device (the browser's path)
+    /// is not overtaken by another allocation.
+    in_flight: u64,
+    /// Blocks freed with [`Engine::defer_free`], oldest first.
+    deferred: VecDeque<Deferred>,
+    /// The mark the next deferred free gets (see [`Engine::defer_mark`]).
+    defer_mark: u64,
+}
+
+impl<B: Backend> Engine<B> {
+    /// Makes an engine over `backend`; preallocates if the config asks.
+    pub fn new(backend: B, config: Config) -> Result<Self> {
+        if config.alignment == 0 || !config.alignment.is_power_of_two() {
+            return Err(Error::Config(format!(
+                "alignment must be a power of two, got {}",
+                config.alignment
+            )));
+        }
+        let max_segment = config
+            .max_segment_size
+            .map_or(backend.max_segment_size(), |m| {
+                m.min(backend.max_segment_size())
+            });
+        let mut engine = Engine {
+            generation_start: NEXT_ENGINE
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                .wrapping_mul(0x9E37_79B9),
+            medium_key: placement::medium_key(&config),
+            backend,
+            config,
+            limit: None,
+            max_segment,
+            blocks: Vec::new(),
+            vacant_blocks: Vec::new(),
+            segments: Vec::new(),
+            vacant_segments: Vec::new(),
+            pools: Vec::new(),
+            total: PoolStats::default(),
+            counters: Counters::default(),
+            tick: 0,
+            next_address: 0x7f00_0000_0000,
+            recorder: None,
+            observers: Vec::new(),
+            lost: None,
+            has_preallocation: false,
+            high_water: 0,
+            in_flight: 0,
+            deferred: VecDeque::new(),
+            defer_mark: 0,
+        };
+        engine.limit = engine.resolve_limit(engine.config.limit)?;
+        if let Growth::Preallocate(bytes) = engine.config.growth {
+            engine.preallocate(bytes)?;
+        }
+        Ok(engine)
+    }
+
+    fn resolve_limit(&self, limit: Option<Limit>) -> Result<Option<u64>> {
+        Ok(match limit {
+            None => None,
+            Some(Limit::Bytes(b)) => Some(b),
+            Some(Limit::Fraction(f)) => {
+                if !(f > 0.0 && f.is_finite()) {
+                    return Err(Error::Config(format!(
+                        "a memory fraction must be positive, got {f}"
+                    )));
+                }
+                let cap = self.config.capacity.or(self.backend.capacity()).ok_or_else(|| {
+                    Error::Config(
+                        "a fraction limit needs the device capacity: set Config::capacity (the device does not report it)"
+                            .into(),
+                    )
+                })?;
+                Some((cap as f64 * f) as u64)
+            }
+        })
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    /// Sets or clears the hard limit. Cached memory above a lower limit is
+    /// released at once; live memory is never touched.
+    pub fn set_limit(&mut self, limit: Option<Limit>) -> Result<()> {
+        self.limit = self.resolve_limit(limit)?;
+        self.config.limit = limit;
+        if let Some(l) = self.limit {
+            self.release(self.total.reserved_bytes.current.saturating_sub(l));
+        }
+        Ok(())
+    }
+
+    /// The hard limit in bytes.
+    pub fn limit(&self) -> Option<u64> {
+        self.limit
+    }
+
+    /// Sets the cache limit and trims to it.
+    pub fn set_cache_limit(&mut self, cache_limit: Option<u64>) {
+        self.config.cache_limit = cache_limit;
+        self.trim_cache();
+    }
+
+    /// Sets the soft headroom (see [`Config::headroom`]).
+    pub fn set_headroom(&mut self, headroom: Option<f64>) {
+        self.config.headroom = headroom;
+    }
+
+    /// Registers an observer called on every out-of-memory, after the cache
+    /// was released and the request still failed.
+    pub fn add_oom_observer(&mut self, f: OomObserver) {
+        self.observers.push(f);
+    }
+
+    /// Starts recording every allocate and free as RMM CSV log lines.
+    pub fn start_recording(&mut self) {
+        self.recorder = Some(Recorder::new());
+    }
+
+    /// Stops recording and returns the log (header included), if recording.
+    pub fn take_recording(&mut self) -> Option<String> {
+        self.recorder.take().map(Recorder::finish)
+    }
+
+    /// Allocates a block: from the cache when a cached block fits, else in a
+    /// new segment the backend creates. When the device refuses a segment,
+    /// the engine asks for just the request, then releases its whole cache
+    /// and asks once more, then fails (see [`Engine::plan`] for the same
+    /// steps driven by a caller that must await the device).
+    pub fn allocate(&mut self, req: Request) -> Result<Allocation> {
+        let mut plan = match self.plan(req)? {
+            Planned::Hit(a) => return Ok(a),
+            Planned::Create(plan) => plan,
+        };
+        loop {
+            match self.backend.create_segment(&plan.desc()) {
+                Ok(segment) => return Ok(self.commit(plan, segment)),
+                Err(refusal) => plan = self.refused(plan, refusal)?,
+            }
+        }
+    }
+
+    /// Returns a block to the cache, coalescing it with free neighbours: the
+    /// next request may reuse its bytes at once.
+    pub fn free(&mut self, id: crate::BlockId) -> Result<()> {
+        let b = self.take_live(id)?;
+        self.make_free(b);
+        Ok(())
+    }
+
+    /// Counts an out-of-memory of `requested` bytes, calls the observers, and
+    /// returns the error describing the pool's state.
+    fn oom(&mut self, requested: u64, device_refused: bool) -> Error {
+        self.counters.ooms += 1;
+        let info = OomInfo {
+            requested,
+            allocated: self.total.allocated_bytes.current,
+            reserved: self.total.reserved_bytes.current,
+            cached: self.total.cached_bytes.current,
+            pending: self.total.pending_bytes.current,
+            limit: self.limit,
+            device_refused,
+        };
+        for o in &self.observers {
+            o(&info);
+        }
+        Error::OutOfMemory(info)
+    }
+}
+
+impl<B: Backend> Drop for Engine<B> {
+    fn drop(&mut self) {
+        if let Some(report) = crate::snapshot::leak_report(&self.leaks()) {
+            tracing::warn!("{report}");
+        }
+    }
+}

@@ -1,0 +1,169 @@
+//! Where a request goes: its size class, the size of a new segment for it, and
+//! which cached block may serve it (best fit within the class, the
+//! preallocation first, large blocks for small requests without a limit, and
+//! the fit rules that keep a small block from pinning a big one). The two
+//! placement profiles and their measured values are in config.rs.
+
+use crate::backend::Backend;
+use crate::config::{Config, Placement};
+use crate::types::SegmentClass;
+
+use super::Engine;
+use super::store::round_up;
+
+/// The free-index key of each class.
+fn class_code(c: SegmentClass) -> u8 {
+    match c {
+        SegmentClass::Small => 0,
+        SegmentClass::Medium => 1,
+        SegmentClass::Large => 2,
+        SegmentClass::Exclusive => 3,
+        SegmentClass::Preallocated => 4,
+    }
+}
+
+/// The free-index key of medium blocks: large's with
+/// [`Config::shared_large_pool`] (PyTorch's large pool), else its own.
+pub(super) fn medium_key(config: &Config) -> u8 {
+    if config.shared_large_pool {
+        class_code(SegmentClass::Large)
+    } else {
+        class_code(SegmentClass::Medium)
+    }
+}
+
+impl<B: Backend> Engine<B> {
+    /// The free-index key of a class: its own, except that medium and large
+    /// blocks share one with [`Config::shared_large_pool`].
+    #[inline]
+    pub(super) fn key(&self, c: SegmentClass) -> u8 {
+        match c {
+            SegmentClass::Medium => self.medium_key,
+            other => class_code(other),
+        }
+    }
+
+    pub(super) fn class_of(&self, rounded: u64, exclusive: bool) -> SegmentClass {
+        if exclusive {
+            SegmentClass::Exclusive
+        } else if rounded <= self.placement().small_request {
+            SegmentClass::Small
+        } else if rounded <= self.placement().medium_request {
+            SegmentClass::Medium
+        } else {
+            SegmentClass::Large
+        }
+    }
+
+    /// The placement profile in force: [`Config::under_limit`] while a hard
+    /// limit is set, [`Config::without_limit`] otherwise.
+    pub(super) fn placement(&self) -> &Placement {
+        if self.limit.is_some() {
+            &self.config.under_limit
+        } else {
+            &self.config.without_limit
+        }
+    }
+
+    /// A cached block for a request of `rounded` bytes of `class` in `pool`:
+    /// the preallocation first, then best fit in the class, then (without a
+    /// hard limit, small and medium requests) the space large tensors left.
+    pub(super) fn find_cached(&self, pool: u16, class: SegmentClass, rounded: u64) -> Option<u32> {
+        let found = if class != SegmentClass::Exclusive && self.has_preallocation {
+            self.find_free(pool, SegmentClass::Preallocated, rounded)
+                .or_else(|| self.find_free(pool, class, rounded))
+        } else {
+            self.find_free(pool, class, rounded)
+        };
+        found.or_else(|| {
+            let packed = matches!(class, SegmentClass::Small | SegmentClass::Medium);
+            if packed && self.placement().reuse_large_blocks {
+                self.find_free(pool, SegmentClass::Large, rounded)
+            } else {
+                None
+            }
+        })
+    }
+
+    /// Best fit: the smallest free block of `class` that holds `rounded`, if
+    /// the fit rules let it serve the request. Blocks are ordered by size, so
+    /// when the smallest candidate is refused, every larger one would be too.
+    fn find_free(&self, pool: u16, class: SegmentClass, rounded: u64) -> Option<u32> {
+        let p = &self.pools[pool as usize];
+        let key = self.key(class);
+        let &(_, size, index) = p.free.range((key, rounded, 0)..(key + 1, 0, 0)).next()?;
+        let too_big = match class {
+            SegmentClass::Exclusive => size > rounded + rounded / 4,
+            SegmentClass::Large => {
+                let fit = if self.split_guarded(size) {
+                    Placement::GUARDED_FIT
+                } else {
+                    self.placement().large_fit
+                };
+                (rounded as f64) < size as f64 * fit
+            }
+            _ => false,
+        };
+        if too_big {
+            return None;
+        }
+        Some(index)
+    }
+
+    /// Whether a cached large block is too big to be split freely: pinning it
+    /// with a small block could by itself cost more than the headroom allows.
+    fn split_guarded(&self, block: u64) -> bool {
+        self.placement().split_guard.is_some_and(|k| {
+            let h = self.config.headroom.unwrap_or(0.0);
+            block as f64 >= k * h * self.high_water as f64
+        })
+    }
+
+    /// A new small segment grows with what small segments already hold (see
+    /// [`Placement::small_segment_growth`]).
+    fn grown_small_segment(&self) -> u64 {
+        let p = self.placement();
+        let base = p.small_segment;
+        if p.small_segment_growth <= 0.0 {
+            return base;
+        }
+        let held: u64 = self
+            .segments
+            .iter()
+            .flatten()
+            .filter(|s| s.class == SegmentClass::Small)
+            .map(|s| s.size)
+            .sum();
+        round_up((held as f64 * p.small_segment_growth) as u64, base)
+            .clamp(base, p.max_small_segment.max(base))
+    }
+
+    /// The size of a new segment of `class` for a request of `rounded` bytes,
+    /// before the limits are applied.
+    pub(super) fn segment_size(&self, rounded: u64, class: SegmentClass) -> u64 {
+        let s = match class {
+            SegmentClass::Small => self.grown_small_segment().max(rounded),
+            SegmentClass::Medium => {
+                let p = self.placement();
+                let mut seg = p.medium_segment;
+                if p.medium_segment_fraction > 0.0 {
+                    let cap = round_up(
+                        (self.high_water.max(self.total.allocated_bytes.current) as f64
+                            * p.medium_segment_fraction) as u64,
+                        p.small_segment.max(1),
+                    );
+                    seg = seg.min(cap.max(2 * rounded));
+                }
+                if let Some(limit) = self.limit {
+                    // A shared segment is at most an eighth of the budget, so a
+                    // small budget is not spent on one half-empty segment.
+                    seg = seg.min(round_up(limit / 8, p.small_segment.max(1)).max(2 * rounded));
+                }
+                seg.max(rounded)
+            }
+            SegmentClass::Large => round_up(rounded, self.placement().large_rounding.max(1)),
+            SegmentClass::Exclusive | SegmentClass::Preallocated => rounded,
+        };
+        s.min(self.max_segment).max(rounded)
+    }
+}

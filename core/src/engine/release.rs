@@ -1,0 +1,61 @@
+//! Giving segments back to the device: what a lowered limit, the cache limit,
+//! the ladder and [`Engine::empty_cache`] release, in which order.
+
+use crate::backend::Backend;
+
+use super::Engine;
+
+impl<B: Backend> Engine<B> {
+    /// Releases unpinned segments that hold no live block, least recently
+    /// used first, until at least `need` bytes are released (`u64::MAX`: all
+    /// of them). Segments holding pending blocks go last: the backend can only
+    /// abandon them. Returns the bytes released. (Largest-first and best-fit
+    /// victim orders were measured on the traces and hold more memory; see
+    /// BENCHMARKS.md.)
+    pub(super) fn release(&mut self, need: u64) -> u64 {
+        if need == 0 {
+            return 0;
+        }
+        let mut candidates: Vec<(bool, u64, u64, u32)> = self
+            .segments
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| match s {
+                Some(s) if s.live == 0 && !s.pinned => {
+                    Some((s.pending > 0, s.last_used, s.size, i as u32))
+                }
+                _ => None,
+            })
+            .collect();
+        candidates.sort_unstable();
+        let mut released = 0;
+        for (_, _, _, i) in candidates {
+            if released >= need {
+                break;
+            }
+            released += self.remove_segment(i);
+        }
+        if released > 0 {
+            self.backend.flush_releases();
+        }
+        released
+    }
+
+    /// Releases what the cache limit says is too much.
+    pub(super) fn trim_cache(&mut self) {
+        if let Some(limit) = self.config.cache_limit
+            && self.total.cached_bytes.current > limit
+        {
+            self.release(self.total.cached_bytes.current - limit);
+        }
+    }
+
+    /// Releases every cached segment that holds no live block (pinned
+    /// preallocations excepted) back to the device, like
+    /// `torch.cuda.empty_cache()`. Never touches live blocks. Returns the bytes released.
+    pub fn empty_cache(&mut self) -> u64 {
+        let released = self.release(u64::MAX);
+        self.counters.last_empty_cache_bytes = released;
+        released
+    }
+}

@@ -1,0 +1,445 @@
+//! Where blocks and segments live: two slabs (blocks doubly linked in offset
+//! order within their segment, boundary-tag style), one free index per usage
+//! pool, and the moves between states — take a free block (splitting off the
+//! rest), give a live block back (coalescing with free neighbours), insert and
+//! remove whole segments.
+//!
+//! Architecture invariant: nothing here decides *where* a request goes or
+//! *when* a segment is released; placement.rs, ladder.rs and release.rs do,
+//! and call these moves, which keep the figures in step with every change.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use crate::backend::Backend;
+use crate::error::{Error, Result};
+use crate::stats::PoolStats;
+use crate::types::{Allocation, BlockId, Request, SegmentClass, SegmentId};
+
+use super::Engine;
+
+/// "No block": the end of a segment's list.
+pub(super) const NONE: u32 = u32::MAX;
+
+/// The state of one slot of the block slab.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum BlockState {
+    /// Cached: in its pool's free index.
+    Free,
+    /// Handed out.
+    Live,
+    /// Freed with [`Engine::defer_free`]: its owner is done, but commands
+    /// recorded and not yet submitted may still use it, so it is neither
+    /// reused nor coalesced until [`Engine::reclaim_deferred`].
+    Pending,
+    /// An unused slot.
+    Vacant,
+}
+
+/// One block: a range of a segment.
+#[derive(Debug, Clone)]
+pub(super) struct Block {
+    pub(super) segment: u32,
+    pub(super) offset: u64,
+    pub(super) size: u64,
+    pub(super) prev: u32,
+    pub(super) next: u32,
+    pub(super) state: BlockState,
+    /// Bumped whenever the slot's block stops being live, so a stale
+    /// [`BlockId`] is refused.
+    pub(super) generation: u32,
+    /// Bytes the caller asked for (live blocks).
+    pub(super) requested: u64,
+    /// Handed out before: its bytes may hold someone's data.
+    pub(super) dirty: bool,
+    pub(super) label: Option<Arc<str>>,
+}
+
+/// One segment: a device buffer and the blocks that tile it.
+pub(super) struct Segment<S> {
+    pub(super) payload: S,
+    pub(super) size: u64,
+    /// Bytes of its pending blocks (see [`Engine::defer_free`]).
+    pub(super) pending: u64,
+    /// The label the device knows it by (`vrampool read-write segment 3`).
+    pub(super) label: String,
+    pub(super) pool: u16,
+    pub(super) class: SegmentClass,
+    pub(super) first: u32,
+    pub(super) live: u32,
+    pub(super) last_used: u64,
+    /// The address recordings use for its first byte.
+    pub(super) address: u64,
+    pub(super) pinned: bool,
+}
+
+/// The segments of one usage, exclusivity and group, and their free blocks.
+pub(super) struct UsagePool {
+    pub(super) usage: u32,
+    pub(super) exclusive: bool,
+    pub(super) group: u8,
+    pub(super) name: String,
+    /// Free blocks by (class key, size, index): best fit is the first at or
+    /// above the request.
+    pub(super) free: BTreeSet<(u8, u64, u32)>,
+    pub(super) stats: PoolStats,
+    /// Has held a segment: pools only named by refused requests stay out of stats.
+    pub(super) used: bool,
+}
+
+pub(super) fn round_up(x: u64, to: u64) -> u64 {
+    x.div_ceil(to) * to
+}
+
+impl<B: Backend> Engine<B> {
+    /// The pool of `req`'s usage, exclusivity and group, made (and named) on first use.
+    pub(super) fn pool_of(&mut self, req: &Request) -> u16 {
+        self.pool_index(req.usage, req.exclusive, req.group, || {
+            format!(
+                "{}{:#x}{}",
+                if req.exclusive {
+                    "exclusive "
+                } else {
+                    "usage "
+                },
+                req.usage,
+                if req.group == 0 {
+                    String::new()
+                } else {
+                    format!(" group {}", req.group)
+                }
+            )
+        })
+    }
+
+    pub(super) fn pool_index(
+        &mut self,
+        usage: u32,
+        exclusive: bool,
+        group: u8,
+        name: impl FnOnce() -> String,
+    ) -> u16 {
+        if let Some(i) = self
+            .pools
+            .iter()
+            .position(|p| p.usage == usage && p.exclusive == exclusive && p.group == group)
+        {
+            return i as u16;
+        }
+        self.pools.push(UsagePool {
+            usage,
+            exclusive,
+            group,
+            name: name(),
+            free: BTreeSet::new(),
+            stats: PoolStats::default(),
+            used: false,
+        });
+        (self.pools.len() - 1) as u16
+    }
+
+    /// Names the pool of requests with this usage, exclusivity and group (for
+    /// summaries and segment labels); creates it if needed.
+    pub fn name_pool(&mut self, usage: u32, exclusive: bool, group: u8, name: &str) {
+        let i = self.pool_index(usage, exclusive, group, || name.to_string()) as usize;
+        self.pools[i].name = name.to_string();
+    }
+
+    fn new_block(&mut self, block: Block) -> u32 {
+        if let Some(i) = self.vacant_blocks.pop() {
+            let generation = self.blocks[i as usize].generation;
+            self.blocks[i as usize] = Block {
+                generation,
+                ..block
+            };
+            i
+        } else {
+            self.blocks.push(Block {
+                generation: self.generation_start,
+                ..block
+            });
+            (self.blocks.len() - 1) as u32
+        }
+    }
+
+    /// Takes `payload` in as a new segment of `pool`: one free block.
+    pub(super) fn insert_segment(
+        &mut self,
+        payload: B::Segment,
+        label: String,
+        pool: u16,
+        class: SegmentClass,
+        size: u64,
+    ) -> u32 {
+        self.counters.device_allocs += 1;
+        self.counters.bytes_created += size;
+        self.pools[pool as usize].used = true;
+        let address = self.next_address;
+        self.next_address += round_up(size, 2 << 20);
+        let index = match self.vacant_segments.pop() {
+            Some(i) => i,
+            None => {
+                self.segments.push(None);
+                (self.segments.len() - 1) as u32
+            }
+        };
+        let first = self.new_block(Block {
+            segment: index,
+            offset: 0,
+            size,
+            prev: NONE,
+            next: NONE,
+            state: BlockState::Free,
+            generation: 0,
+            requested: 0,
+            dirty: false,
+            label: None,
+        });
+        self.segments[index as usize] = Some(Segment {
+            payload,
+            size,
+            pending: 0,
+            label,
+            pool,
+            class,
+            first,
+            live: 0,
+            last_used: self.tick,
+            address,
+            pinned: false,
+        });
+        for st in [&mut self.total, &mut self.pools[pool as usize].stats] {
+            st.reserved_bytes.add(size);
+            st.cached_bytes.add(size);
+            st.segments.add(1);
+            st.free_blocks.add(1);
+        }
+        let key = self.key(class);
+        self.pools[pool as usize].free.insert((key, size, first));
+        index
+    }
+
+    /// Hands out free block `b` for `rounded` bytes, splitting off the rest.
+    pub(super) fn take_block(&mut self, b: u32, rounded: u64, req: Request) -> Allocation {
+        let (segment, size, offset) = {
+            let block = &self.blocks[b as usize];
+            (block.segment, block.size, block.offset)
+        };
+        let (pool, class) = {
+            let s = self.segments[segment as usize].as_ref().unwrap();
+            (s.pool as usize, s.class)
+        };
+        let key = self.key(class);
+        self.pools[pool].free.remove(&(key, size, b));
+        let remainder = size - rounded;
+        let split = match class {
+            SegmentClass::Exclusive => false,
+            SegmentClass::Large => remainder >= self.placement().min_split_remainder,
+            SegmentClass::Medium if self.config.shared_large_pool => {
+                remainder >= self.placement().min_split_remainder
+            }
+            _ => remainder >= self.config.alignment,
+        };
+        let block_size = if split {
+            let next = self.blocks[b as usize].next;
+            let dirty = self.blocks[b as usize].dirty;
+            let rest = self.new_block(Block {
+                segment,
+                offset: offset + rounded,
+                size: remainder,
+                prev: b,
+                next,
+                state: BlockState::Free,
+                generation: 0,
+                requested: 0,
+                dirty,
+                label: None,
+            });
+            if next != NONE {
+                self.blocks[next as usize].prev = rest;
+            }
+            self.blocks[b as usize].next = rest;
+            self.blocks[b as usize].size = rounded;
+            self.pools[pool].free.insert((key, remainder, rest));
+            rounded
+        } else {
+            for st in [&mut self.total, &mut self.pools[pool].stats] {
+                st.free_blocks.sub(1);
+            }
+            size
+        };
+        let block = &mut self.blocks[b as usize];
+        block.state = BlockState::Live;
+        block.requested = req.size;
+        block.label = req.label;
+        let fresh = !block.dirty;
+        block.dirty = true;
+        let generation = block.generation;
+        let seg = self.segments[segment as usize].as_mut().unwrap();
+        seg.live += 1;
+        let address = seg.address + offset;
+        for st in [&mut self.total, &mut self.pools[pool].stats] {
+            st.allocated_bytes.add(block_size);
+            st.requested_bytes.add(req.size);
+            st.cached_bytes.sub(block_size);
+            st.allocations.add(1);
+        }
+        self.counters.allocs += 1;
+        self.high_water = self.high_water.max(self.total.allocated_bytes.current);
+        if let Some(r) = &mut self.recorder {
+            r.record(true, address, req.size);
+        }
+        Allocation {
+            id: BlockId {
+                index: b,
+                generation,
+            },
+            segment: SegmentId(segment),
+            offset,
+            size: block_size,
+            fresh,
+        }
+    }
+
+    pub(super) fn live_block(&self, id: BlockId) -> Result<&Block> {
+        match self.blocks.get(id.index as usize) {
+            Some(b) if b.generation == id.generation && b.state == BlockState::Live => Ok(b),
+            _ => Err(Error::UnknownBlock(id.to_string())),
+        }
+    }
+
+    /// Takes a live block from its owner: the figures of a free, the id made
+    /// stale. Returns the block's index, detached (neither live nor free yet).
+    pub(super) fn take_live(&mut self, id: BlockId) -> Result<u32> {
+        let block = self.live_block(id)?;
+        let (segment, size, requested) = (block.segment, block.size, block.requested);
+        let b = id.index;
+        let (pool, address) = {
+            let s = self.segments[segment as usize].as_mut().unwrap();
+            s.live -= 1;
+            s.last_used = self.tick;
+            (s.pool, s.address + self.blocks[b as usize].offset)
+        };
+        {
+            let block = &mut self.blocks[b as usize];
+            block.requested = 0;
+            block.generation = block.generation.wrapping_add(1);
+        }
+        for st in [&mut self.total, &mut self.pools[pool as usize].stats] {
+            st.allocated_bytes.sub(size);
+            st.requested_bytes.sub(requested);
+            st.allocations.sub(1);
+        }
+        self.counters.frees += 1;
+        if let Some(r) = &mut self.recorder {
+            r.record(false, address, requested);
+        }
+        Ok(b)
+    }
+
+    /// Makes detached block `b` free: cached, coalesced with its free
+    /// neighbours, in the free index.
+    pub(super) fn make_free(&mut self, b: u32) {
+        let (pool, key) = {
+            let block = &mut self.blocks[b as usize];
+            block.state = BlockState::Free;
+            block.label = None;
+            let s = self.segments[block.segment as usize].as_ref().unwrap();
+            (s.pool as usize, self.key(s.class))
+        };
+        let size = self.blocks[b as usize].size;
+        for st in [&mut self.total, &mut self.pools[pool].stats] {
+            st.cached_bytes.add(size);
+            st.free_blocks.add(1);
+        }
+        // Coalesce with the next, then the previous neighbour.
+        let mut merged = b;
+        let next = self.blocks[merged as usize].next;
+        if next != NONE && self.blocks[next as usize].state == BlockState::Free {
+            self.merge(merged, next, pool, key);
+        }
+        let prev = self.blocks[merged as usize].prev;
+        if prev != NONE && self.blocks[prev as usize].state == BlockState::Free {
+            self.merge(prev, merged, pool, key);
+            merged = prev;
+        }
+        let size = self.blocks[merged as usize].size;
+        self.pools[pool].free.insert((key, size, merged));
+        self.trim_cache();
+    }
+
+    /// Merges free block `b` (right neighbour of `a`) into `a`, taking both out
+    /// of the free index (the block being freed is not in it yet); the caller
+    /// indexes the merged block.
+    fn merge(&mut self, a: u32, b: u32, pool: usize, key: u8) {
+        let (a_size, b_size) = (self.blocks[a as usize].size, self.blocks[b as usize].size);
+        self.pools[pool].free.remove(&(key, a_size, a));
+        self.pools[pool].free.remove(&(key, b_size, b));
+        let b_next = self.blocks[b as usize].next;
+        let b_dirty = self.blocks[b as usize].dirty;
+        let block = &mut self.blocks[a as usize];
+        block.size += b_size;
+        block.next = b_next;
+        block.dirty |= b_dirty;
+        if b_next != NONE {
+            self.blocks[b_next as usize].prev = a;
+        }
+        let gone = &mut self.blocks[b as usize];
+        gone.state = BlockState::Vacant;
+        gone.generation = gone.generation.wrapping_add(1);
+        self.vacant_blocks.push(b);
+        for st in [&mut self.total, &mut self.pools[pool].stats] {
+            st.free_blocks.sub(1);
+        }
+    }
+
+    /// Gives segment `i`, which holds no live block, back to the backend:
+    /// destroyed when it is all free, abandoned when it holds pending blocks.
+    /// Returns its size.
+    pub(super) fn remove_segment(&mut self, i: u32) -> u64 {
+        let s = self.segments[i as usize].take().unwrap();
+        debug_assert_eq!(s.live, 0);
+        let key = self.key(s.class);
+        let pool = s.pool as usize;
+        let (mut free_blocks, mut pending_blocks) = (0, 0);
+        let mut b = s.first;
+        while b != NONE {
+            let block = &mut self.blocks[b as usize];
+            match block.state {
+                BlockState::Free => {
+                    free_blocks += 1;
+                    let size = block.size;
+                    self.pools[pool].free.remove(&(key, size, b));
+                }
+                BlockState::Pending => pending_blocks += 1,
+                BlockState::Live | BlockState::Vacant => {
+                    unreachable!("a released segment holds no live block")
+                }
+            }
+            let block = &mut self.blocks[b as usize];
+            block.state = BlockState::Vacant;
+            block.generation = block.generation.wrapping_add(1);
+            block.label = None;
+            self.vacant_blocks.push(b);
+            b = block.next;
+        }
+        self.vacant_segments.push(i);
+        for st in [&mut self.total, &mut self.pools[pool].stats] {
+            st.reserved_bytes.sub(s.size);
+            st.cached_bytes.sub(s.size - s.pending);
+            st.pending_bytes.sub(s.pending);
+            st.pending_blocks.sub(pending_blocks);
+            st.segments.sub(1);
+            st.free_blocks.sub(free_blocks);
+        }
+        self.counters.device_frees += 1;
+        self.counters.bytes_released += s.size;
+        if s.pending > 0 {
+            self.counters.segments_abandoned += 1;
+            self.backend.abandon_segment(s.payload);
+        } else {
+            self.backend.destroy_segment(s.payload);
+        }
+        s.size
+    }
+}

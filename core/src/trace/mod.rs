@@ -1,0 +1,14 @@
+//! Allocation traces in RAPIDS RMM's CSV log format
+//! (`Thread,Time,Action,Pointer,Size,Stream`), as wgpu keeps trace/record and
+//! trace/replay apart:
+//! - `format.rs` — reading (plain or gzip, streamed, validated: [`Trace`]);
+//! - `record.rs` — writing ([`Recorder`], what `Engine::start_recording` keeps);
+//! - `replay.rs` — the one replay loop ([`Replayer`]) and [`replay`] over an engine.
+
+mod format;
+mod record;
+mod replay;
+
+pub use format::{Action, HEADER, MAX_LINE, Trace, TraceError, TraceEvent};
+pub use record::Recorder;
+pub use replay::{EngineTarget, ReplayCounts, ReplayReport, ReplayTarget, Replayer, Step, replay};

@@ -1,0 +1,317 @@
+//! Replaying a trace through any allocator, one event at a time: the one
+//! replay loop the harness's policies, the page and [`replay`] all drive.
+//!
+//! Architecture invariant: the replayer knows nothing of engines or devices;
+//! it hands out steps ([`Replayer::next_step`]) and takes back what the
+//! allocator made of them, so a caller may carry a step out at once
+//! ([`Replayer::step`] over a [`ReplayTarget`]) or await the device first
+//! (the browser).
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::backend::Backend;
+use crate::engine::Engine;
+use crate::error::Error;
+use crate::types::{BlockId, Request};
+
+use super::format::{Action, Trace};
+
+/// What a replay drives: anything that allocates and frees.
+pub trait ReplayTarget {
+    /// One allocation.
+    type Handle;
+    /// Allocates `size` bytes.
+    fn allocate(&mut self, size: u64) -> Result<Self::Handle, Error>;
+    /// Frees an allocation.
+    fn free(&mut self, handle: Self::Handle);
+}
+
+/// The engine as a replay target: every request of `usage` (group 0: tensors).
+pub struct EngineTarget<'e, B: Backend> {
+    /// The engine.
+    pub engine: &'e mut Engine<B>,
+    /// The usage of every request.
+    pub usage: u32,
+}
+
+impl<B: Backend> ReplayTarget for EngineTarget<'_, B> {
+    type Handle = BlockId;
+    fn allocate(&mut self, size: u64) -> Result<BlockId, Error> {
+        self.engine
+            .allocate(Request::new(size, self.usage))
+            .map(|a| a.id)
+    }
+    fn free(&mut self, handle: BlockId) {
+        self.engine
+            .free(handle)
+            .expect("the replay frees only blocks it allocated");
+    }
+}
+
+/// One step of a replay, for a caller that carries it out itself.
+#[derive(Debug)]
+pub enum Step<H> {
+    /// Allocate `size` bytes, then report the outcome with [`Replayer::allocated`].
+    Allocate {
+        /// Bytes.
+        size: u64,
+        /// The trace line (for messages).
+        line: u64,
+    },
+    /// Free this allocation (the replay no longer holds it).
+    Free(H),
+    /// The free of an allocation that was refused: nothing to do.
+    Skip,
+}
+
+/// Allocations, frees and refusals so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplayCounts {
+    /// Allocations replayed (including refused ones).
+    pub allocs: u64,
+    /// Frees replayed.
+    pub frees: u64,
+    /// Allocations refused.
+    pub ooms: u64,
+}
+
+/// A trace being replayed, one event at a time.
+///
+/// ```
+/// use vrampool::trace::{EngineTarget, Replayer};
+/// use vrampool::{Config, Engine, SimulatedDevice, Trace};
+/// let csv = "Thread,Time,Action,Pointer,Size,Stream\n0,0,allocate,0x10,4096,0x0\n0,0,free,0x10,4096,0x0\n";
+/// let trace = Trace::parse("tiny", csv.as_bytes())?;
+/// let mut engine = Engine::new(SimulatedDevice::new(1 << 30), Config::default())?;
+/// let mut replayer = Replayer::new(&trace);
+/// let mut target = EngineTarget { engine: &mut engine, usage: 0 };
+/// while replayer.step(&mut target)? {}
+/// assert_eq!(replayer.counts().frees, 1);
+/// # Ok::<(), vrampool::Error>(())
+/// ```
+pub struct Replayer<'t, H> {
+    trace: Cow<'t, Trace>,
+    next: usize,
+    live: HashMap<u64, H>,
+    /// The pointer of an `Allocate` step whose outcome is awaited.
+    waiting: Option<u64>,
+    live_bytes: u64,
+    counts: ReplayCounts,
+}
+
+impl<'t, H> Replayer<'t, H> {
+    /// A replay of `trace` from its first event.
+    pub fn new(trace: &'t Trace) -> Self {
+        Self::from_cow(Cow::Borrowed(trace))
+    }
+
+    fn from_cow(trace: Cow<'t, Trace>) -> Self {
+        Replayer {
+            trace,
+            next: 0,
+            live: HashMap::with_capacity(1024),
+            waiting: None,
+            live_bytes: 0,
+            counts: ReplayCounts::default(),
+        }
+    }
+
+    /// A replay that owns its trace (to keep between calls, as the page does).
+    pub fn owned(trace: Trace) -> Replayer<'static, H> {
+        Replayer::from_cow(Cow::Owned(trace))
+    }
+
+    /// The trace.
+    pub fn trace(&self) -> &Trace {
+        &self.trace
+    }
+
+    /// Events taken so far.
+    pub fn position(&self) -> usize {
+        self.next
+    }
+
+    /// Whether every event was taken.
+    pub fn is_done(&self) -> bool {
+        self.next >= self.trace.events.len()
+    }
+
+    /// Live bytes the trace asked for, as of the events taken.
+    pub fn live_bytes(&self) -> u64 {
+        self.live_bytes
+    }
+
+    /// Allocations, frees and refusals so far.
+    pub fn counts(&self) -> ReplayCounts {
+        self.counts
+    }
+
+    /// The next step, or `None` at the end. After an `Allocate`, report its
+    /// outcome with [`Replayer::allocated`] before the next step.
+    pub fn next_step(&mut self) -> Option<Step<H>> {
+        debug_assert!(self.waiting.is_none(), "report the last allocation first");
+        let e = *self.trace.events.get(self.next)?;
+        self.next += 1;
+        Some(match e.action {
+            Action::Allocate => {
+                self.counts.allocs += 1;
+                self.live_bytes += e.size;
+                self.waiting = Some(e.pointer);
+                Step::Allocate {
+                    size: e.size,
+                    line: e.line,
+                }
+            }
+            Action::Free => {
+                self.counts.frees += 1;
+                self.live_bytes -= e.size;
+                match self.live.remove(&e.pointer) {
+                    Some(h) => Step::Free(h),
+                    None => Step::Skip,
+                }
+            }
+        })
+    }
+
+    /// The outcome of the last `Allocate` step. A refusal for lack of memory
+    /// (out of memory, larger than a buffer) is counted and the replay goes
+    /// on; any other error is counted as a refusal too and handed back, for
+    /// the caller to stop or go on.
+    pub fn allocated(&mut self, outcome: Result<H, Error>) -> Result<(), Error> {
+        let pointer = self
+            .waiting
+            .take()
+            .expect("allocated() answers an Allocate step");
+        match outcome {
+            Ok(h) => {
+                self.live.insert(pointer, h);
+                Ok(())
+            }
+            Err(Error::OutOfMemory(_) | Error::TooLarge { .. }) => {
+                self.counts.ooms += 1;
+                Ok(())
+            }
+            Err(other) => {
+                self.counts.ooms += 1;
+                Err(other)
+            }
+        }
+    }
+
+    /// Carries out the next step on `target`; `false` at the end. Errors are
+    /// [`Replayer::allocated`]'s.
+    pub fn step<T: ReplayTarget<Handle = H>>(&mut self, target: &mut T) -> Result<bool, Error> {
+        match self.next_step() {
+            None => Ok(false),
+            Some(Step::Allocate { size, .. }) => {
+                let outcome = target.allocate(size);
+                self.allocated(outcome).map(|()| true)
+            }
+            Some(Step::Free(h)) => {
+                target.free(h);
+                Ok(true)
+            }
+            Some(Step::Skip) => Ok(true),
+        }
+    }
+
+    /// Takes the allocations still live (a trace may end with some), to free.
+    pub fn take_live(&mut self) -> Vec<H> {
+        self.live.drain().map(|(_, h)| h).collect()
+    }
+}
+
+/// Figures of one replay.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReplayReport {
+    /// The trace's name.
+    pub trace: String,
+    /// Allocations replayed (including refused ones).
+    pub allocs: u64,
+    /// Frees replayed.
+    pub frees: u64,
+    /// Peak live bytes of the trace (requested sizes).
+    pub peak_live: u64,
+    /// Peak allocated bytes (rounded blocks).
+    pub peak_allocated: u64,
+    /// Peak reserved bytes (device segments).
+    pub peak_reserved: u64,
+    /// `peak_reserved / peak_live`.
+    pub reserved_ratio: f64,
+    /// Device buffers created.
+    pub device_allocs: u64,
+    /// Device buffers destroyed.
+    pub device_frees: u64,
+    /// Bytes of the segments created: what the device spent creating memory.
+    pub segment_bytes_created: u64,
+    /// Bytes of the segments released.
+    pub segment_bytes_released: u64,
+    /// Allocations served from the cache.
+    pub cache_hits: u64,
+    /// Allocations that needed a device call.
+    pub cache_misses: u64,
+    /// Allocations refused for lack of memory.
+    pub ooms: u64,
+    /// Allocations that had to release cache and retry.
+    pub retries: u64,
+    /// Wall time of the replay loop, nanoseconds.
+    pub elapsed_ns: u64,
+    /// Wall time per allocate or free, nanoseconds.
+    pub ns_per_op: f64,
+}
+
+/// Replays `trace` through `engine`, allocating with `usage`. Allocations the
+/// pool refuses are counted as OOMs (and their frees skipped); the replay goes on.
+///
+/// ```
+/// use vrampool::{Config, Engine, SimulatedDevice, Trace, replay};
+/// let csv = "Thread,Time,Action,Pointer,Size,Stream\n0,0,allocate,0x10,4096,0x0\n0,0,free,0x10,4096,0x0\n";
+/// let trace = Trace::parse("tiny", csv.as_bytes())?;
+/// let mut engine = Engine::new(SimulatedDevice::new(1 << 30), Config::default())?;
+/// let report = replay(&mut engine, &trace, 0);
+/// assert_eq!((report.allocs, report.frees, report.ooms), (1, 1, 0));
+/// # Ok::<(), vrampool::Error>(())
+/// ```
+pub fn replay<B: Backend>(engine: &mut Engine<B>, trace: &Trace, usage: u32) -> ReplayReport {
+    let before = engine.stats().counters;
+    engine.reset_peak_stats();
+    let mut replayer = Replayer::new(trace);
+    let mut target = EngineTarget { engine, usage };
+    let start = web_time::Instant::now();
+    loop {
+        match replayer.step(&mut target) {
+            Ok(true) => {}
+            Ok(false) => break,
+            Err(e) => tracing::warn!("replay {}: {e}", trace.name),
+        }
+    }
+    let elapsed_ns = start.elapsed().as_nanos() as u64;
+    for h in replayer.take_live() {
+        target.free(h);
+    }
+    let counts = replayer.counts();
+    let s = engine.stats();
+    let c = s.counters;
+    ReplayReport {
+        trace: trace.name.clone(),
+        allocs: counts.allocs,
+        frees: counts.frees,
+        peak_live: trace.peak_live,
+        peak_allocated: s.total.allocated_bytes.peak,
+        peak_reserved: s.total.reserved_bytes.peak,
+        reserved_ratio: s.total.reserved_bytes.peak as f64 / trace.peak_live as f64,
+        device_allocs: c.device_allocs - before.device_allocs,
+        device_frees: c.device_frees - before.device_frees,
+        segment_bytes_created: c.bytes_created - before.bytes_created,
+        segment_bytes_released: c.bytes_released - before.bytes_released,
+        cache_hits: c.cache_hits - before.cache_hits,
+        cache_misses: c.cache_misses - before.cache_misses,
+        ooms: counts.ooms,
+        retries: c.alloc_retries - before.alloc_retries,
+        elapsed_ns,
+        ns_per_op: elapsed_ns as f64 / (counts.allocs + counts.frees).max(1) as f64,
+    }
+}
