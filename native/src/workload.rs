@@ -4,13 +4,15 @@
 use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
+use clap::Args;
 use clap::ValueEnum;
 use serde_json::json;
 use vrampool::{Config, Limit, Pool, PoolOptions, fmt_bytes};
 use vrampool_workload::{MlpConfig, Trainer, dry_run, find_batch};
 
 use crate::replay::Sample;
-use crate::{Common, Target, WorkloadArgs, bar, timeline};
+use crate::target::Target;
+use crate::{Common, bar, timeline};
 
 /// Weight storage, as `--dtype` spells it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -35,6 +37,32 @@ impl From<Dtype> for vrampool_workload::Dtype {
 
 /// The largest batch `--find-batch` tries.
 const MAX_BATCH: u32 = 1 << 20;
+
+#[derive(Args)]
+pub struct WorkloadArgs {
+    /// Samples per step.
+    #[arg(long, default_value_t = 256)]
+    batch: u32,
+    /// Training steps.
+    #[arg(long, default_value_t = 100)]
+    steps: u32,
+    /// How the weights are stored (decoded in the shader).
+    #[arg(long, value_enum, default_value_t = Dtype::F32)]
+    dtype: Dtype,
+    /// Hidden layer width.
+    #[arg(long, default_value_t = 1024)]
+    hidden: u32,
+    /// Hard limit on the pool's reserved bytes (bytes). Needed by --find-batch.
+    #[arg(long)]
+    budget: Option<u64>,
+    /// Find the largest batch whose step fits --budget: a dry run on the
+    /// simulated device, then confirmed by training on the GPU.
+    #[arg(long, requires = "budget")]
+    find_batch: bool,
+    /// Learning rate.
+    #[arg(long, default_value_t = 0.05)]
+    lr: f32,
+}
 
 pub fn command(a: &WorkloadArgs, c: &Common) -> Result<ExitCode> {
     if a.steps < 2 {

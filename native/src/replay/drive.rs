@@ -1,5 +1,6 @@
-//! `replay`: a trace through any [`Policy`] on any backend, with samples for
-//! the timeline and bisection for the smallest budget.
+//! Running one replay: a trace through any [`Policy`] on any backend, driven
+//! by core's `Replayer`, with samples for the timeline and bisection for the
+//! smallest budget.
 
 use std::time::Instant;
 
@@ -49,16 +50,32 @@ pub enum Moment<'a> {
 /// `empty_cache`, so a real-device run can look at the driver.
 pub type Probe<'a> = &'a mut dyn FnMut(Moment<'_>);
 
-/// Replays `trace` with `policy` on the backend `make` builds.
+/// One replay: a trace through a policy, under a hard limit or none.
+#[derive(Clone, Copy)]
+pub struct Job<'t> {
+    /// The policy.
+    pub kind: PolicyKind,
+    /// The trace.
+    pub trace: &'t Trace,
+    /// The hard limit, in bytes.
+    pub limit: Option<u64>,
+    /// How the replay asks for its blocks.
+    pub requests: Requests,
+}
+
+/// Runs `job` on the backend `make` builds.
 pub fn run_policy<B: Backend>(
-    kind: PolicyKind,
+    job: Job<'_>,
     make: &mut dyn FnMut() -> Result<B>,
-    trace: &Trace,
-    limit: Option<u64>,
-    requests: Requests,
     bar: &ProgressBar,
     probe: Probe<'_>,
 ) -> Result<Outcome> {
+    let Job {
+        kind,
+        trace,
+        limit,
+        requests,
+    } = job;
     let b = make()?;
     let usage = requests.usage;
     match kind {
@@ -172,27 +189,18 @@ fn drive<P: Policy>(
 }
 
 /// The smallest budget, as a multiple of peak live rounded up to 0.001, under
-/// which `kind` replays `trace` with no OOM, with the device allocations it
-/// then needs; `None` if even 4 × peak live fails.
+/// which `job`'s policy replays its trace with no OOM (its own limit is not
+/// used), with the device allocations it then needs; `None` if even 4 ×
+/// peak live fails.
 pub fn min_budget<B: Backend>(
-    kind: PolicyKind,
+    job: Job<'_>,
     make: &mut dyn FnMut() -> Result<B>,
-    trace: &Trace,
-    requests: Requests,
     bar: &ProgressBar,
 ) -> Result<Option<(f64, u64)>> {
     let hidden = ProgressBar::hidden();
     let mut attempt = |x: f64| -> Result<ReplayReport> {
-        let limit = (trace.peak_live as f64 * x).ceil() as u64;
-        let o = run_policy(
-            kind,
-            make,
-            trace,
-            Some(limit),
-            requests,
-            &hidden,
-            &mut |_: Moment<'_>| {},
-        )?;
+        let limit = Some((job.trace.peak_live as f64 * x).ceil() as u64);
+        let o = run_policy(Job { limit, ..job }, make, &hidden, &mut |_: Moment<'_>| {})?;
         bar.inc(1);
         Ok(o.report)
     };

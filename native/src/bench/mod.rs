@@ -1,0 +1,102 @@
+//! `bench`: a pool hit against raw `create_buffer` + `destroy` and the
+//! engine's own cost per operation — its arguments and its table; the
+//! measurements are in measure.rs.
+
+mod measure;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Result, bail};
+use clap::Args;
+use serde_json::json;
+use vrampool::fmt_bytes;
+
+use crate::target::Target;
+use crate::{Common, bar};
+
+#[derive(Args)]
+pub struct BenchArgs {
+    /// Sizes in bytes, comma separated (default: 256 B to 256 MiB, ×16 apart).
+    #[arg(long, value_delimiter = ',')]
+    sizes: Vec<u64>,
+    /// Time spent measuring each figure, in milliseconds.
+    #[arg(long, default_value_t = 300)]
+    time_ms: u64,
+}
+
+/// Runs `vrampool bench`.
+pub fn command(a: &BenchArgs, c: &Common) -> Result<ExitCode> {
+    let sizes: Vec<u64> = if a.sizes.is_empty() {
+        measure::SIZES.to_vec()
+    } else {
+        a.sizes.clone()
+    };
+    if let Some(z) = sizes.iter().find(|&&s| s == 0) {
+        bail!("--sizes: a size of {z} bytes cannot be allocated; give sizes of at least 1 byte");
+    }
+    let target = Target::open(c, 141 << 30, 4 << 30)?;
+    if let Some(&big) = sizes.iter().find(|&&s| s > target.max_buffer()) {
+        bail!(
+            "--sizes: {big} bytes is above {}'s max_buffer_size of {}",
+            target.name(),
+            target.max_buffer()
+        );
+    }
+    let pb = bar(sizes.len() as u64, c);
+    let gpu = match &target {
+        Target::Gpu { device, queue, .. } => Some((device, queue)),
+        Target::Simulated { .. } => None,
+    };
+    let rows = measure::run(gpu, &sizes, Duration::from_millis(a.time_ms), &pb)?;
+    pb.finish_and_clear();
+    if c.json {
+        outln!(
+            "{}",
+            serde_json::to_string_pretty(&json!({"device": target.name(), "rows": rows}))?
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    outln!("on {}", target.name());
+    outln!(
+        "{:>10} {:>18} {:>12} {:>12} {:>8} | {:>5} {:>12} {:>12} {:>8} | {:>12}",
+        "size",
+        "raw create+destroy",
+        "raw + poll",
+        "pool hit",
+        "ratio",
+        "live",
+        "raw, N live",
+        "pool, N live",
+        "ratio",
+        "engine ns/op"
+    );
+    let t = |x: Option<f64>| x.map_or("-".into(), fmt_ns);
+    for r in rows {
+        let x = |v: Option<f64>| v.map_or("-".into(), |x| format!("{x:.0}x"));
+        outln!(
+            "{:>10} {:>18} {:>12} {:>12} {:>8} | {:>5} {:>12} {:>12} {:>8} | {:>12.1}",
+            fmt_bytes(r.size),
+            t(r.raw_ns),
+            t(r.raw_poll_ns),
+            t(r.pool_ns),
+            x(r.ratio),
+            r.live,
+            t(r.raw_live_ns),
+            t(r.pool_live_ns),
+            x(r.ratio_live),
+            r.engine_ns_per_op
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn fmt_ns(ns: f64) -> String {
+    if ns >= 1e6 {
+        format!("{:.2} ms", ns / 1e6)
+    } else if ns >= 1e3 {
+        format!("{:.2} µs", ns / 1e3)
+    } else {
+        format!("{ns:.0} ns")
+    }
+}

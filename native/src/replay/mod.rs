@@ -1,0 +1,421 @@
+//! `replay`: RMM CSV traces through any policy, on a GPU or the simulated
+//! device — its arguments, the runs (with `--min-budget` bisection and the
+//! driver's view of memory on a GPU), and the table or JSON it prints. The
+//! replay loop itself is in drive.rs, over core's `Replayer`.
+
+mod drive;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use indicatif::ProgressBar;
+use serde_json::json;
+use vrampool::{Backend, SimulatedDevice, Trace, WgpuBackend, fmt_bytes};
+
+use crate::policy::{AccessMode, PolicyKind, Requests};
+use crate::target::{Target, nvidia_smi_used};
+use crate::{Common, bar, timeline};
+
+use drive::Job;
+pub use drive::{Moment, Outcome, Probe, Sample};
+
+#[derive(Args)]
+pub struct ReplayArgs {
+    /// Trace files, e.g. data/traces/*.csv.gz
+    #[arg(required = true)]
+    traces: Vec<PathBuf>,
+    /// Hard limit on reserved memory: bytes (`8000000000`) or a multiple of the
+    /// trace's peak live (`1.05x`). Default: no limit.
+    #[arg(long)]
+    budget: Option<String>,
+    /// The allocation policy.
+    #[arg(long, value_enum, default_value_t = PolicyKind::Vrampool)]
+    policy: PolicyKind,
+    /// Run every policy on each trace and print one table.
+    #[arg(long)]
+    compare: bool,
+    /// Also find the smallest budget (× peak live, ±0.001) that replays with no OOM.
+    #[arg(long)]
+    min_budget: bool,
+    /// Divide every size by N, so a trace larger than the device fits.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    scale: u64,
+    /// How the trace's tensors are bound, which decides where the vrampool and
+    /// pytorch policies place them: every tensor `read_write` (a tensor
+    /// library), half of them read-only (`split`: two placement classes), or
+    /// undeclared (`any`: a buffer each).
+    #[arg(long, value_enum, default_value_t = AccessMode::ReadWrite)]
+    access: AccessMode,
+    /// Frees take effect every N events only, as when the app submits every N
+    /// operations (a block dropped before a submit waits for it): what deferred
+    /// reuse costs. 0 (default): at once, as in PyTorch. Engine policies only.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    submit_every: u64,
+    /// Simulated device memory in bytes (default: an H200's 141 GiB).
+    #[arg(long, default_value_t = 141 << 30)]
+    capacity: u64,
+    /// Simulated max_buffer_size in bytes (default: the H200's 4 GiB).
+    #[arg(long, default_value_t = 4 << 30)]
+    max_buffer_size: u64,
+    /// On a GPU: read nvidia-smi's used memory before, while memory grows, and
+    /// after empty_cache.
+    #[arg(long)]
+    nvidia_smi: bool,
+}
+
+enum Budget {
+    Bytes(u64),
+    Times(f64),
+}
+
+fn parse_budget(s: &str) -> Result<Budget> {
+    if let Some(x) = s.strip_suffix('x') {
+        let v: f64 = x
+            .parse()
+            .ok()
+            .filter(|v: &f64| v.is_finite())
+            .with_context(|| {
+                format!("--budget {s}: expected a multiple of peak live like 1.05x")
+            })?;
+        if v < 1.0 {
+            bail!(
+                "--budget {s} is below the trace's peak live (1x): no allocator can replay it; use 1x or more"
+            );
+        }
+        Ok(Budget::Times(v))
+    } else {
+        s.parse().map(Budget::Bytes).map_err(|_| {
+            anyhow::anyhow!(
+                "--budget {s}: expected bytes (e.g. 8000000000) or a multiple of peak live (e.g. 1.03x)"
+            )
+        })
+    }
+}
+
+#[derive(Default, serde::Serialize)]
+struct DriverView {
+    /// nvidia-smi used bytes before the run, highest seen, after the replay, after empty_cache.
+    nvidia_smi: Option<[Option<u64>; 4]>,
+    /// (pool reserved, wgpu allocated, wgpu reserved) where the pool held most.
+    allocator_at_peak: Option<(u64, u64, u64)>,
+    /// The same after empty_cache.
+    allocator_after_empty_cache: Option<(u64, u64, u64)>,
+}
+
+/// Runs `vrampool replay`.
+pub fn command(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
+    if a.scale == 0 {
+        bail!("--scale 0: the divisor must be at least 1");
+    }
+    let budget = a.budget.as_deref().map(parse_budget).transpose()?;
+    let mut traces = Vec::new();
+    for path in &a.traces {
+        let t = Trace::open(path)?;
+        traces.push(if a.scale > 1 { t.scaled(a.scale) } else { t });
+    }
+    let target = Target::open(c, a.capacity, a.max_buffer_size)?;
+    let max_buffer = target.max_buffer();
+    for t in &traces {
+        if t.largest > max_buffer {
+            bail!(
+                "{}: one allocation is {} but {} allows at most {} per buffer (max_buffer_size); \
+                 pass --scale {} to divide every size",
+                t.name,
+                fmt_bytes(t.largest),
+                target.name(),
+                fmt_bytes(max_buffer),
+                t.largest.div_ceil(max_buffer)
+            );
+        }
+        if let Some(Budget::Bytes(b)) = budget
+            && b < t.peak_live
+        {
+            bail!(
+                "--budget {b} is below {}'s peak live of {} bytes ({}): no allocator can replay it; \
+                 give at least that, or a multiple like 1.05x",
+                t.name,
+                t.peak_live,
+                fmt_bytes(t.peak_live)
+            );
+        }
+    }
+    let policies: Vec<PolicyKind> = if a.compare {
+        PolicyKind::ALL.to_vec()
+    } else {
+        vec![a.policy]
+    };
+    let runs = (traces.len() * policies.len()) as u64;
+    let events: u64 = traces.iter().map(|t| t.events.len() as u64).sum();
+    let pb = bar(events * policies.len() as u64, c);
+    if !c.json {
+        pb.println(format!("on {}", target.name()));
+    }
+    let requests = Requests {
+        usage: vrampool::READ_WRITE_USAGE.bits(),
+        access: a.access,
+        submit_every: a.submit_every,
+    };
+    let mut rows = Vec::new();
+    let mut any_oom = false;
+    for t in &traces {
+        let limit = budget.as_ref().map(|b| match b {
+            Budget::Bytes(n) => *n,
+            Budget::Times(x) => (t.peak_live as f64 * x).ceil() as u64,
+        });
+        for &kind in &policies {
+            pb.set_message(format!("{} {}", t.name, kind.name()));
+            let job = Job {
+                kind,
+                trace: t,
+                limit,
+                requests,
+            };
+            let mut view = DriverView::default();
+            let (outcome, min) = match &target {
+                Target::Simulated {
+                    capacity,
+                    max_buffer,
+                } => {
+                    let mut make = || {
+                        Ok(SimulatedDevice::with_max_buffer_size(
+                            *capacity,
+                            *max_buffer,
+                        ))
+                    };
+                    one_run(job, &mut make, a.min_budget, &pb, &mut |_| {})?
+                }
+                Target::Gpu {
+                    device, bus, index, ..
+                } => {
+                    let smi = || {
+                        if a.nvidia_smi {
+                            nvidia_smi_used(bus, *index)
+                        } else {
+                            None
+                        }
+                    };
+                    let before = smi();
+                    let (mut high, mut last) = (before, 0u64);
+                    let (mut held, mut emptied) = (None, None);
+                    let (mut at_peak, mut after_empty) = (None::<(u64, u64, u64)>, None);
+                    let mut probe = |m: Moment<'_>| match m {
+                        Moment::Sample(s) => {
+                            let r = s.figures.reserved;
+                            if at_peak.is_none_or(|p| r > p.0)
+                                && let Some(rep) = device.generate_allocator_report()
+                            {
+                                at_peak =
+                                    Some((r, rep.total_allocated_bytes, rep.total_reserved_bytes));
+                            }
+                            // nvidia-smi takes tens of ms: ask when reserved has grown 2%.
+                            if r as f64 > last as f64 * 1.02 {
+                                last = r;
+                                high = high.max(smi());
+                            }
+                        }
+                        Moment::CacheHeld => held = smi(),
+                        Moment::Emptied => {
+                            let _ = device.poll(wgpu::PollType::wait_indefinitely());
+                            emptied = smi();
+                            after_empty = device
+                                .generate_allocator_report()
+                                .map(|r| (0, r.total_allocated_bytes, r.total_reserved_bytes));
+                        }
+                    };
+                    let mut make = || Ok(WgpuBackend::new(device, None));
+                    let out = one_run(job, &mut make, a.min_budget, &pb, &mut probe)?;
+                    view = DriverView {
+                        nvidia_smi: a
+                            .nvidia_smi
+                            .then_some([before, high.max(held), held, emptied]),
+                        allocator_at_peak: at_peak,
+                        allocator_after_empty_cache: after_empty,
+                    };
+                    out
+                }
+            };
+            any_oom |= outcome.report.ooms > 0;
+            if c.summary && !c.json {
+                pb.suspend(|| -> Result<()> {
+                    outln!("memory_summary of {} under {}:", t.name, kind.name());
+                    if outcome.summary.is_empty() {
+                        outln!("  ({} keeps no per-pool stats)\n", kind.name());
+                    } else {
+                        outln!("{}", outcome.summary);
+                    }
+                    Ok(())
+                })?;
+            }
+            if let Some(path) = &c.timeline {
+                let file = timeline_path(path, &t.name, kind.name(), runs > 1);
+                timeline::write(
+                    &file,
+                    &format!("{} — {} on {}", t.name, kind.name(), target.name()),
+                    &outcome.samples,
+                    limit,
+                )?;
+                pb.println(format!("wrote {}", file.display()));
+            }
+            rows.push(Row {
+                trace: t.name.clone(),
+                policy: kind,
+                limit,
+                outcome,
+                min_budget: min,
+                driver: view,
+            });
+        }
+    }
+    pb.finish_and_clear();
+    print_replay(&rows, c, a.min_budget, &target)?;
+    Ok(if any_oom && budget.is_some() {
+        ExitCode::from(2)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// One line of the table: a trace under a policy.
+struct Row {
+    trace: String,
+    policy: PolicyKind,
+    limit: Option<u64>,
+    outcome: Outcome,
+    /// The smallest budget (× peak live) and the device allocations it needs.
+    min_budget: Option<(f64, u64)>,
+    driver: DriverView,
+}
+
+/// Runs `job`, then (with `find_min`) bisects its smallest budget.
+fn one_run<B: Backend>(
+    job: Job<'_>,
+    make: &mut dyn FnMut() -> Result<B>,
+    find_min: bool,
+    pb: &ProgressBar,
+    probe: Probe<'_>,
+) -> Result<(Outcome, Option<(f64, u64)>)> {
+    let out = drive::run_policy(job, make, pb, probe)?;
+    let min = if find_min {
+        pb.set_message(format!(
+            "{} {}: bisecting the smallest budget",
+            job.trace.name,
+            job.kind.name()
+        ));
+        drive::min_budget(job, make, &ProgressBar::hidden())?
+    } else {
+        None
+    };
+    Ok((out, min))
+}
+
+fn timeline_path(path: &Path, trace: &str, policy: &str, many: bool) -> PathBuf {
+    if !many {
+        return path.to_path_buf();
+    }
+    let stem = path
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or("timeline");
+    path.with_file_name(format!("{stem}-{trace}-{policy}.svg"))
+}
+
+fn print_replay(rows: &[Row], c: &Common, min: bool, target: &Target) -> Result<()> {
+    if c.json {
+        let out: Vec<_> = rows
+            .iter()
+            .map(|r| {
+                json!({
+                    "trace": r.trace,
+                    "policy": r.policy,
+                    "device": target.name(),
+                    "limit": r.limit,
+                    "report": r.outcome.report,
+                    "released_by_empty_cache": r.outcome.released_at_end,
+                    "min_budget": r.min_budget.map(|m| m.0),
+                    "device_allocs_at_min_budget": r.min_budget.map(|m| m.1),
+                    "driver": r.driver,
+                })
+            })
+            .collect();
+        outln!(
+            "{}",
+            serde_json::to_string_pretty(&out).expect("serialises")
+        );
+        return Ok(());
+    }
+    outln!(
+        "{:<14} {:<10} {:>10} {:>10} {:>10} {:>6} {:>9} {:>8} {:>8} {:>5} {:>8} {:>10} {:>8}",
+        "trace",
+        "policy",
+        "budget",
+        "peak live",
+        "reserved",
+        "ratio",
+        "dev alloc",
+        "dev free",
+        "hit rate",
+        "OOMs",
+        "ns/op",
+        "min budget",
+        "at min"
+    );
+    for row in rows {
+        let (trace, kind, limit, m) = (&row.trace, row.policy, row.limit, row.min_budget);
+        let r = &row.outcome.report;
+        outln!(
+            "{:<14} {:<10} {:>10} {:>10} {:>10} {:>6.3} {:>9} {:>8} {:>7.1}% {:>5} {:>8.0} {:>10} {:>8}",
+            trace,
+            kind.name(),
+            limit.map_or("none".into(), fmt_bytes),
+            fmt_bytes(r.peak_live),
+            fmt_bytes(r.peak_reserved),
+            r.reserved_ratio,
+            r.device_allocs,
+            r.device_frees,
+            100.0 * r.cache_hits as f64 / r.allocs.max(1) as f64,
+            r.ooms,
+            r.ns_per_op,
+            match m {
+                Some((x, _)) => format!("{x:.3}x"),
+                None if min => "> 4x".into(),
+                None => "-".into(),
+            },
+            m.map_or("-".into(), |m| m.1.to_string()),
+        );
+    }
+    for row in rows {
+        let (trace, kind, o, view) = (&row.trace, row.policy, &row.outcome, &row.driver);
+        if let Some((pool, alloc, res)) = view.allocator_at_peak {
+            outln!(
+                "{trace} {}: at the pool's peak it reserved {}; wgpu's allocator report then: {} allocated in {} of device memory blocks",
+                kind.name(),
+                fmt_bytes(pool),
+                fmt_bytes(alloc),
+                fmt_bytes(res)
+            );
+        }
+        if let Some((_, alloc, res)) = view.allocator_after_empty_cache {
+            outln!(
+                "{trace} {}: empty_cache gave back {}; wgpu's allocator report after: {} allocated, {} reserved",
+                kind.name(),
+                fmt_bytes(o.released_at_end),
+                fmt_bytes(alloc),
+                fmt_bytes(res)
+            );
+        }
+        if let Some([before, high, after, empty]) = view.nvidia_smi {
+            let f = |x: Option<u64>| x.map_or("?".into(), fmt_bytes);
+            outln!(
+                "{trace} {}: nvidia-smi used: before {}, highest seen {}, after the replay with the cache held {}, after empty_cache {}",
+                kind.name(),
+                f(before),
+                f(high),
+                f(after),
+                f(empty)
+            );
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,97 @@
+//! Where a command runs: a GPU adapter (with its PCI bus, to find it in
+//! nvidia-smi) or the simulated device; and nvidia-smi's used memory.
+
+use anyhow::Result;
+use vrampool::fmt_bytes;
+
+use crate::{Common, device};
+
+/// Where a command runs.
+pub enum Target {
+    Simulated {
+        capacity: u64,
+        max_buffer: u64,
+    },
+    Gpu {
+        device: wgpu::Device,
+        queue: wgpu::Queue,
+        name: String,
+        /// PCI bus id, when the driver gives one (to find it in nvidia-smi).
+        bus: String,
+        /// Index among the adapters.
+        index: usize,
+    },
+}
+
+impl Target {
+    pub fn open(c: &Common, capacity: u64, max_buffer: u64) -> Result<Target> {
+        if c.simulate {
+            return Ok(Target::Simulated {
+                capacity,
+                max_buffer,
+            });
+        }
+        let (index, adapter) = device::pick(c.adapter.as_deref())?;
+        let (device, queue) = device::open(&adapter)?;
+        let info = adapter.get_info();
+        Ok(Target::Gpu {
+            device,
+            queue,
+            name: if info.device_pci_bus_id.is_empty() {
+                format!("{} ({:?})", info.name, info.backend)
+            } else {
+                format!(
+                    "{} ({:?}, PCI {})",
+                    info.name, info.backend, info.device_pci_bus_id
+                )
+            },
+            bus: info.device_pci_bus_id,
+            index,
+        })
+    }
+
+    pub fn name(&self) -> String {
+        match self {
+            Target::Simulated { capacity, .. } => {
+                format!("simulated device ({})", fmt_bytes(*capacity))
+            }
+            Target::Gpu { name, .. } => name.clone(),
+        }
+    }
+
+    pub fn max_buffer(&self) -> u64 {
+        match self {
+            Target::Simulated { max_buffer, .. } => *max_buffer,
+            Target::Gpu { device, .. } => device.limits().max_buffer_size,
+        }
+    }
+}
+
+/// Used memory in bytes of the GPU at PCI bus `bus`, as nvidia-smi reports it.
+/// NVIDIA's Vulkan driver gives wgpu no bus id; then the adapter's `index` is
+/// used, since Vulkan lists NVIDIA GPUs in nvidia-smi's order (checked on two
+/// H200s: `--adapter 1` filled GPU 1).
+pub fn nvidia_smi_used(bus: &str, index: usize) -> Option<u64> {
+    let out = std::process::Command::new("nvidia-smi")
+        .args([
+            "--query-gpu=pci.bus_id,memory.used",
+            "--format=csv,noheader,nounits",
+        ])
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let rows: Vec<(String, &str)> = text
+        .lines()
+        .filter_map(|l| l.split_once(','))
+        .map(|(b, m)| (b.trim().to_lowercase(), m.trim()))
+        .collect();
+    // nvidia-smi writes 00000000:1B:00.0, Vulkan 0000:1b:00.0: compare bus:device.function.
+    let tail = |b: &str| b.rsplit(':').take(2).collect::<Vec<_>>().join(":");
+    let want = tail(&bus.to_lowercase());
+    let row = rows
+        .iter()
+        .find(|(b, _)| !want.is_empty() && tail(b) == want)
+        .or(rows.get(index))?;
+    let mib: u64 = row.1.parse().ok()?;
+    Some(mib << 20)
+}
