@@ -3,8 +3,9 @@
 // Needs the page built (`cargo xtask build`) and the harness built
 // (`cargo build --release -p vrampool-cli`); scripts/test.sh does both.
 //
-// Writes target/e2e/page-replay.png (a screenshot during a replay) and
-// target/e2e/figures.json (wasm size, frame times while replaying at 10k ops/s).
+// Writes e2e/page-replay.png (a screenshot during a replay) and
+// e2e/figures.json (wasm size, frame times while replaying at 10k ops/s) in
+// cargo's target directory (target/, or CARGO_TARGET_DIR).
 
 import { chromium } from 'playwright-core';
 import { spawn, execFileSync } from 'node:child_process';
@@ -15,7 +16,9 @@ import { fileURLToPath } from 'node:url';
 import assert from 'node:assert/strict';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
-const out = join(root, 'target', 'e2e');
+// Cargo's target directory, as cargo says (CARGO_TARGET_DIR, or target/).
+const target = JSON.parse(execFileSync('cargo', ['metadata', '--format-version', '1', '--no-deps'], { cwd: root })).target_directory;
+const out = join(target, 'e2e');
 mkdirSync(out, { recursive: true });
 
 function step(msg) { console.log(`e2e: ${msg}`); }
@@ -106,7 +109,7 @@ try {
   step(`empty_cache released ${released}: reserved ${reservedBefore} -> ${await num('#stat-reserved')}`);
 
   // 4. Replay bundled traces to the end; the figures equal the harness's replay.
-  const harness = join(root, 'target', 'release', 'vrampool');
+  const harness = join(target, 'release', 'vrampool');
   const frames = {};
   for (const name of ['resnet_train', 'gpt_train']) {
     await page.selectOption('#sample', name);
@@ -244,7 +247,7 @@ try {
     await plain.close();
   }
 
-  const wasm = readFileSync(join(root, 'target', 'site', 'pkg', 'vrampool_web_bg.wasm'));
+  const wasm = readFileSync(join(target, 'site', 'pkg', 'vrampool_web_bg.wasm'));
   const figures = { adapter, wasm_bytes: wasm.length, wasm_gzip_bytes: gzipSync(wasm, { level: 9 }).length, replay: frames };
   writeFileSync(join(out, 'figures.json'), JSON.stringify(figures, null, 2));
   step(`figures: ${JSON.stringify(figures)}`);

@@ -43,8 +43,29 @@ fn root() -> PathBuf {
         .to_path_buf()
 }
 
-fn site() -> PathBuf {
-    root().join("target/site")
+/// Cargo's target directory for this workspace (`CARGO_TARGET_DIR`, a
+/// config's `build.target-dir`, or `target/`), as `cargo metadata` says.
+fn target_dir() -> Result<PathBuf> {
+    let out = Command::new("cargo")
+        .current_dir(root())
+        .args(["metadata", "--format-version", "1", "--no-deps"])
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .context("running cargo metadata")?;
+    if !out.status.success() {
+        bail!("cargo metadata failed ({})", out.status);
+    }
+    let meta: serde_json::Value =
+        serde_json::from_slice(&out.stdout).context("reading cargo metadata's JSON")?;
+    let dir = meta["target_directory"]
+        .as_str()
+        .context("cargo metadata gave no target_directory")?;
+    Ok(PathBuf::from(dir))
+}
+
+/// Where the built page goes: `site/` in the target directory.
+fn site() -> Result<PathBuf> {
+    Ok(target_dir()?.join("site"))
 }
 
 fn main() {
@@ -141,8 +162,8 @@ fn build() -> Result<()> {
         "--profile",
         "wasm-release",
     ]))?;
-    let wasm = root.join("target/wasm32-unknown-unknown/wasm-release/vrampool_web.wasm");
-    let site = site();
+    let wasm = target_dir()?.join("wasm32-unknown-unknown/wasm-release/vrampool_web.wasm");
+    let site = site()?;
     std::fs::create_dir_all(site.join("pkg"))?;
     status(Command::new("wasm-bindgen").args([
         "--target",
@@ -168,7 +189,7 @@ fn build() -> Result<()> {
 
 /// Prints and returns (raw, gzipped) bytes of the built wasm.
 fn size() -> Result<(u64, u64)> {
-    let path = site().join("pkg/vrampool_web_bg.wasm");
+    let path = site()?.join("pkg/vrampool_web_bg.wasm");
     let bytes = std::fs::read(&path)
         .with_context(|| format!("{} is missing: run `cargo xtask build`", path.display()))?;
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
@@ -197,7 +218,7 @@ fn content_type(path: &Path) -> &'static str {
 }
 
 fn serve(port: u16) -> Result<()> {
-    let site = site();
+    let site = site()?;
     if !site.join("index.html").exists() {
         bail!("{} is not built: run `cargo xtask build`", site.display());
     }
