@@ -40,8 +40,10 @@ pub struct SegmentPlan {
     size: u64,
     usage: u32,
     label: String,
-    /// The cache was released and the request retried once already.
+    /// The request was counted in `alloc_retries` (it released cache and tried again).
     retried: bool,
+    /// The whole cache was released for it after a device refusal.
+    released_all: bool,
 }
 
 impl SegmentPlan {
@@ -146,6 +148,7 @@ impl<B: Backend> Engine<B> {
             size,
             label,
             retried,
+            released_all: false,
         }))
     }
 
@@ -171,9 +174,15 @@ impl<B: Backend> Engine<B> {
                 plan.size = plan.rounded;
                 Ok(plan)
             }
-            DeviceError::OutOfMemory if !plan.retried => {
-                self.counters.alloc_retries += 1;
-                plan.retried = true;
+            DeviceError::OutOfMemory if !plan.released_all => {
+                // Once per request, even when the hard limit made it release
+                // some cache already: what is still cached may be what the
+                // device needs back.
+                if !plan.retried {
+                    self.counters.alloc_retries += 1;
+                    plan.retried = true;
+                }
+                plan.released_all = true;
                 self.release(u64::MAX);
                 Ok(plan)
             }

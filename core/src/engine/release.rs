@@ -5,6 +5,16 @@ use crate::backend::Backend;
 
 use super::Engine;
 
+/// What a release's `need` is counted in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Measure {
+    /// Bytes of whole segments (what the limits count).
+    Reserved,
+    /// Cached bytes: a segment's size less its pending blocks (what the cache
+    /// limit counts).
+    Cached,
+}
+
 impl<B: Backend> Engine<B> {
     /// Releases unpinned segments that hold no live block, least recently
     /// used first, until at least `need` bytes are released (`u64::MAX`: all
@@ -13,6 +23,11 @@ impl<B: Backend> Engine<B> {
     /// victim orders were measured on the traces and hold more memory; see
     /// BENCHMARKS.md.)
     pub(super) fn release(&mut self, need: u64) -> u64 {
+        self.release_measured(need, Measure::Reserved)
+    }
+
+    /// [`Engine::release`] with `need` counted in `measure`.
+    fn release_measured(&mut self, need: u64, measure: Measure) -> u64 {
         if need == 0 {
             return 0;
         }
@@ -28,12 +43,18 @@ impl<B: Backend> Engine<B> {
             })
             .collect();
         candidates.sort_unstable();
-        let mut released = 0;
+        let (mut released, mut counted) = (0, 0);
         for (_, _, _, i) in candidates {
-            if released >= need {
+            if counted >= need {
                 break;
             }
-            released += self.remove_segment(i);
+            let pending = self.segments[i as usize].as_ref().map_or(0, |s| s.pending);
+            let size = self.remove_segment(i);
+            released += size;
+            counted += match measure {
+                Measure::Reserved => size,
+                Measure::Cached => size - pending,
+            };
         }
         if released > 0 {
             self.backend.flush_releases();
@@ -46,7 +67,7 @@ impl<B: Backend> Engine<B> {
         if let Some(limit) = self.config.cache_limit
             && self.total.cached_bytes.current > limit
         {
-            self.release(self.total.cached_bytes.current - limit);
+            self.release_measured(self.total.cached_bytes.current - limit, Measure::Cached);
         }
     }
 
