@@ -99,13 +99,18 @@ fn replay_on_the_gpu_matches_wgpus_allocator_report() {
     let rep = &r["report"];
     assert_eq!(f(&rep["ooms"]), 0.0);
     assert!(f(&rep["peak_reserved"]) <= f(&r["limit"]));
-    // At the pool's peak, wgpu has at least the pool's segments allocated.
+    // At the pool's peak wgpu's allocator holds the pool's segments and its
+    // own few buffers (zero-init, indirect validation: 0.5 MiB on lavapipe).
+    let own = 1 << 20;
     let peak = &r["driver"]["allocator_at_peak"];
-    assert!(f(&peak[1]) >= f(&peak[0]), "{peak}");
-    // After empty_cache, what the pool gave back left wgpu's allocator.
+    let (pool_reserved, wgpu_allocated) = (f(&peak[0]), f(&peak[1]));
+    assert!(
+        wgpu_allocated >= pool_reserved && wgpu_allocated <= pool_reserved + own as f64,
+        "{peak}"
+    );
+    // After empty_cache only wgpu's own buffers are left.
     let after = &r["driver"]["allocator_after_empty_cache"];
-    assert!(f(&after[1]) + f(&r["released_by_empty_cache"]) <= f(&peak[1]) + 1.0);
-    assert!(f(&after[1]) < f(&peak[0]));
+    assert!(f(&after[1]) <= own as f64, "{after}");
     let chart = std::fs::read_to_string(&svg).unwrap();
     assert!(chart.starts_with("<svg") && chart.contains("reserved") && chart.contains("budget"));
 }
@@ -126,9 +131,11 @@ fn bench_pool_hit_is_cheaper_than_create_buffer() {
     let v = json(vrampool().args(["bench", "--sizes", "4096,16777216", "--time-ms", "30"]));
     for row in v["rows"].as_array().unwrap() {
         let (raw, pool) = (f(&row["raw_ns"]), f(&row["pool_ns"]));
-        assert!(raw > 0.0 && pool > 0.0);
+        assert!(pool > 0.0 && pool < raw, "one buffer at a time: {row}");
+        let (raw, pool) = (f(&row["raw_live_ns"]), f(&row["pool_live_ns"]));
+        assert!(pool > 0.0 && pool < raw, "with N live: {row}");
         assert!(f(&row["engine_ns_per_op"]) < 5_000.0);
-        assert!((f(&row["ratio"]) - raw / pool).abs() < 1e-6);
+        assert!((f(&row["ratio"]) - f(&row["raw_ns"]) / f(&row["pool_ns"])).abs() < 1e-6);
     }
 }
 

@@ -1,6 +1,9 @@
-//! The three real PyTorch traces (data/traces) replayed on the simulated
+//! The three shared PyTorch traces (data/traces) replayed on the simulated
 //! device: under a hard limit of 1.03 × peak live there is no OOM (PyTorch needs
-//! 1.123 / 1.031 / 1.124 ×), and with no limit reserved stays within 1.10 × peak live.
+//! 1.123 / 1.031 / 1.124 ×), the same holds with every tensor resized, no
+//! budget from 1.02 × to 2 × fails, the PyTorch preset reproduces PyTorch's own
+//! figures, and a lavapipe replay equals the simulated one. Every trace's
+//! figures are pinned by figures.rs.
 
 use vrampool::{Config, Engine, Limit, ReplayReport, SimulatedDevice, Trace, replay};
 use vrampool_tests::trace_path;
@@ -73,34 +76,21 @@ fn every_trace_replays_under_1_03x_peak_live() {
 }
 
 #[test]
-fn unlimited_replay_keeps_reserved_within_1_10x_peak_live() {
-    // PyTorch: ratio 1.123 / 1.193 / 2.035 with 231 / 359 / 67 device allocations.
-    // Ours at the time of writing: 1.020 / 1.037 / 1.045 with 63 / 25 / 62.
-    let max_device_allocs = [
-        ("gpt_train", 231),
-        ("resnet_train", 359),
-        ("batch_sweep", 67),
-    ];
-    for (name, max_allocs) in max_device_allocs {
+fn unlimited_replays_reuse_and_leave_a_consistent_engine() {
+    // The figures themselves (ratio, device allocations, budgets) are pinned by
+    // tests/tests/figures.rs against data/figures.json; here, what they do not say.
+    for name in TRACES {
         let (r, e) = run(&load(name), None);
         assert_eq!(r.ooms, 0);
         assert!(
-            r.reserved_ratio <= 1.10,
-            "{name}: peak reserved / peak live = {:.3}",
-            r.reserved_ratio
-        );
-        assert!(r.reserved_ratio >= 1.0);
-        assert!(
-            r.device_allocs <= max_allocs,
-            "{name}: {} device allocations (PyTorch: {max_allocs})",
-            r.device_allocs
-        );
-        assert!(
             r.cache_hits as f64 / r.allocs as f64 > 0.95,
-            "{name}: hit rate"
+            "{name}: hit rate {} of {}",
+            r.cache_hits,
+            r.allocs
         );
         e.check_invariants().unwrap();
         assert_eq!(e.stats().total.allocated_bytes.current, 0);
+        assert_eq!(e.stats().total.reserved_bytes.current, e.backend().used());
     }
 }
 

@@ -11,4 +11,6 @@ mod replay;
 
 pub use format::{Action, HEADER, MAX_LINE, Trace, TraceError, TraceEvent};
 pub use record::Recorder;
-pub use replay::{EngineTarget, ReplayCounts, ReplayReport, ReplayTarget, Replayer, Step, replay};
+pub use replay::{
+    EngineTarget, ReplayCounts, ReplayReport, ReplayTarget, Replayer, Step, replay, smallest_budget,
+};

@@ -315,3 +315,53 @@ pub fn replay<B: Backend>(engine: &mut Engine<B>, trace: &Trace, usage: u32) -> 
         ns_per_op: elapsed_ns as f64 / (counts.allocs + counts.frees).max(1) as f64,
     }
 }
+
+/// The smallest hard limit, as a multiple of `peak_live` rounded up to 0.001,
+/// under which `replay` (called with a limit in bytes; it returns whether the
+/// replay had no OOM, and its device allocations) runs with no OOM, and the
+/// device allocations it then needs; `None` if even 4 × peak live fails.
+/// Bisects between 1 × and 4 × to ±0.0005, trying 1 × first, then confirms
+/// the rounded figure itself.
+///
+/// ```
+/// use vrampool::trace::smallest_budget;
+/// // A replay that fits from 1.0305 × peak live up.
+/// let peak = 1_000_000u64;
+/// let min = smallest_budget(peak, |limit| Ok::<_, ()>((limit >= 1_030_500, 7)));
+/// assert_eq!(min, Ok(Some((1.031, 7))));
+/// ```
+pub fn smallest_budget<E>(
+    peak_live: u64,
+    mut replay: impl FnMut(u64) -> Result<(bool, u64), E>,
+) -> Result<Option<(f64, u64)>, E> {
+    let mut attempt = |x: f64| replay((peak_live as f64 * x).ceil() as u64);
+    let (mut lo, mut hi) = (1.0f64, 4.0f64);
+    let (fits, mut allocs) = attempt(hi)?;
+    if !fits {
+        return Ok(None);
+    }
+    // Most policies fit within a few percent: try there first.
+    let (fits, at_one) = attempt(1.0)?;
+    if fits {
+        return Ok(Some((1.0, at_one)));
+    }
+    while hi - lo > 0.0005 {
+        let mid = (lo + hi) / 2.0;
+        let (fits, at_mid) = attempt(mid)?;
+        if fits {
+            hi = mid;
+            allocs = at_mid;
+        } else {
+            lo = mid;
+        }
+    }
+    let x = (hi * 1000.0).ceil() / 1000.0;
+    if x > hi {
+        // Confirm the rounded figure itself (it is above the bisected one).
+        let (fits, at_x) = attempt(x)?;
+        if fits {
+            allocs = at_x;
+        }
+    }
+    Ok(Some((x, allocs)))
+}

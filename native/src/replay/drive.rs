@@ -7,7 +7,7 @@ use std::time::Instant;
 use anyhow::{Result, anyhow};
 use indicatif::ProgressBar;
 use serde::Serialize;
-use vrampool::trace::{Replayer, Step};
+use vrampool::trace::{Replayer, Step, smallest_budget};
 use vrampool::{Backend, Config, ReplayReport, Trace};
 
 use crate::policy::{EnginePolicy, Figures, NoCache, Policy, PolicyKind, Requests, SizeClass};
@@ -198,39 +198,17 @@ pub fn min_budget<B: Backend>(
     bar: &ProgressBar,
 ) -> Result<Option<(f64, u64)>> {
     let hidden = ProgressBar::hidden();
-    let mut attempt = |x: f64| -> Result<ReplayReport> {
-        let limit = Some((job.trace.peak_live as f64 * x).ceil() as u64);
-        let o = run_policy(Job { limit, ..job }, make, &hidden, &mut |_: Moment<'_>| {})?;
+    smallest_budget(job.trace.peak_live, |limit| {
+        let o = run_policy(
+            Job {
+                limit: Some(limit),
+                ..job
+            },
+            make,
+            &hidden,
+            &mut |_: Moment<'_>| {},
+        )?;
         bar.inc(1);
-        Ok(o.report)
-    };
-    let (mut lo, mut hi) = (1.0f64, 4.0f64);
-    let mut best = attempt(hi)?;
-    if best.ooms > 0 {
-        return Ok(None);
-    }
-    // Most policies fit within a few percent: try there first.
-    let first = attempt(1.0)?;
-    if first.ooms == 0 {
-        return Ok(Some((1.0, first.device_allocs)));
-    }
-    while hi - lo > 0.0005 {
-        let mid = (lo + hi) / 2.0;
-        let r = attempt(mid)?;
-        if r.ooms == 0 {
-            hi = mid;
-            best = r;
-        } else {
-            lo = mid;
-        }
-    }
-    let x = (hi * 1000.0).ceil() / 1000.0;
-    if x > hi {
-        // Confirm the rounded figure itself (it is above the bisected one).
-        let r = attempt(x)?;
-        if r.ooms == 0 {
-            best = r;
-        }
-    }
-    Ok(Some((x, best.device_allocs)))
+        Ok((o.report.ooms == 0, o.report.device_allocs))
+    })
 }

@@ -124,7 +124,6 @@ fn refused_requests_name_the_problem_and_change_nothing() {
         assert!(a.is_err(), "{}: alloc_async handed out a buffer", c.case);
         pool.check_invariants().unwrap();
     }
-    assert_eq!(cases.len(), 12);
     drop(kept);
 }
 

@@ -9,9 +9,10 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use vrampool::fault::{Fault, Faults};
 use vrampool::{
-    Access, AllocDesc, Config, Engine, PoolBuffer, Request, SimulatedDevice, Snapshot,
-    SnapshotState,
+    Access, AllocDesc, Config, Engine, Pool, PoolBuffer, PoolOptions, Request, SimulatedDevice,
+    Snapshot, SnapshotState,
 };
 use vrampool_tests::{Range, Rng, Tagger};
 
@@ -69,7 +70,10 @@ fn recount(s: &Snapshot) -> (u64, u64, u64, u64) {
 }
 
 #[test]
-fn eight_threads_on_the_simulated_engine() {
+fn eight_threads_share_one_engine_behind_a_mutex() {
+    // The engine takes `&mut self` (it is not Sync by design): threads share it
+    // behind a mutex, as the wgpu binding's Pool does. This checks that its
+    // state survives any interleaving of whole operations.
     let ops = env_count("VRAMPOOL_THREAD_OPS", 100_000);
     let engine = Arc::new(Mutex::new(
         Engine::new(SimulatedDevice::new(64 << 30), Config::default()).unwrap(),
@@ -85,8 +89,10 @@ fn eight_threads_on_the_simulated_engine() {
                     e.lock().unwrap().empty_cache();
                 }
                 1..=50 => {
-                    let s = e.lock().unwrap().stats();
-                    assert!(s.total.reserved_bytes.current >= s.total.allocated_bytes.current);
+                    let engine = e.lock().unwrap();
+                    engine.check_invariants().unwrap();
+                    let s = engine.stats();
+                    assert_eq!(s.total.reserved_bytes.current, engine.backend().used());
                 }
                 n if n < 530 || mine.is_empty() => {
                     if mine.len() < 200 {
@@ -134,7 +140,12 @@ fn eight_threads_on_one_pool_on_a_real_device() {
                 }
                 1..=50 => {
                     let s = p.stats();
-                    assert!(s.total.reserved_bytes.current >= s.total.allocated_bytes.current);
+                    assert_eq!(
+                        s.total.reserved_bytes.current,
+                        s.total.allocated_bytes.current
+                            + s.total.pending_bytes.current
+                            + s.total.cached_bytes.current
+                    );
                 }
                 51..=60 => {
                     if let Some(b) = mine.pop() {
@@ -190,4 +201,94 @@ fn eight_threads_on_one_pool_on_a_real_device() {
     assert_eq!(pool.stats().total.allocated_bytes.current, 0);
     pool.empty_cache();
     assert_eq!(pool.stats().total.reserved_bytes.current, 0);
+}
+
+#[test]
+fn eight_threads_allocate_through_alloc_async_while_the_device_refuses() {
+    // The browser's path from many threads at once (natively, alloc_async
+    // awaits the same scopes): each thread mixes alloc_async and alloc, drops
+    // and submits, and programs the device to refuse some creates. No
+    // deadlock; refusals are clean errors; what the device holds equals the
+    // pool's reserved bytes (an independent count); the blocks held at the end
+    // share no byte on the GPU.
+    let ops = env_count("VRAMPOOL_THREAD_OPS", 100_000) / 10;
+    let (device, queue, _) = vrampool_tests::device();
+    let faults = Faults::new();
+    let options = PoolOptions {
+        faults: Some(faults.clone()),
+        ..PoolOptions::default()
+    };
+    let pool = Arc::new(Pool::new(device, queue, options).unwrap());
+    let kept = Arc::new(Mutex::new(Vec::<PoolBuffer>::new()));
+    let refused = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let (p, k, f, r) = (
+        Arc::clone(&pool),
+        Arc::clone(&kept),
+        faults.clone(),
+        Arc::clone(&refused),
+    );
+    on_threads(Duration::from_secs(600), move |t| {
+        let mut rng = Rng(0xa5a5_0000 + t);
+        let mut mine: Vec<PoolBuffer> = Vec::new();
+        for _ in 0..ops {
+            match rng.below(100) {
+                0..=2 => f.refuse(1 + rng.below(3), Fault::OutOfMemory),
+                3..=7 => {
+                    p.submitted();
+                }
+                n if n < 55 || mine.is_empty() => {
+                    if mine.len() < 50 {
+                        let access = [Access::ReadWrite, Access::ReadOnly, Access::Any]
+                            [rng.below(3) as usize];
+                        let desc = AllocDesc::storage(size(&mut rng))
+                            .access(access)
+                            .label("async");
+                        let got = if n % 2 == 0 {
+                            pollster::block_on(p.alloc_async(desc))
+                        } else {
+                            p.alloc(desc)
+                        };
+                        match got {
+                            Ok(b) => mine.push(b),
+                            Err(vrampool::Error::OutOfMemory(i)) => {
+                                assert!(i.device_refused, "no limit: only the device refuses");
+                                r.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            }
+                            Err(e) => panic!("unexpected error: {e}"),
+                        }
+                    }
+                }
+                _ => {
+                    mine.swap_remove(rng.below(mine.len() as u64) as usize);
+                }
+            }
+        }
+        k.lock().unwrap().extend(mine);
+    });
+    pool.check_invariants().unwrap();
+    let s = pool.stats();
+    assert_eq!(
+        s.total.reserved_bytes.current,
+        faults.held(),
+        "an independent count"
+    );
+    assert_eq!(
+        s.counters.ooms,
+        refused.load(std::sync::atomic::Ordering::Relaxed)
+    );
+    assert!(
+        s.counters.ooms > 0,
+        "the device refused some requests to the end: {:?}",
+        s.counters
+    );
+    assert!(s.counters.allocs > THREADS * ops / 4, "{:?}", s.counters);
+    let held = std::mem::take(&mut *kept.lock().unwrap());
+    let tagger = Tagger::new(pool.device(), pool.queue());
+    let ranges: Vec<Range> = held.iter().map(|b| Range::from(&**b)).collect();
+    assert_eq!(tagger.tag_and_verify(&ranges), 0);
+    drop(held);
+    pool.submitted();
+    pool.empty_cache();
+    assert_eq!(pool.stats().total.reserved_bytes.current, 0);
+    assert_eq!(faults.held(), 0);
 }

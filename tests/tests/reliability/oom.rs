@@ -74,12 +74,18 @@ fn under_a_limit_the_cache_is_released_before_an_error_and_nothing_invalid_is_ha
                 );
                 let after = pool.stats();
                 assert_eq!(after.total.allocated_bytes, before.total.allocated_bytes);
-                // A refusal with cache releasable released it first.
-                if before.total.cached_bytes.current > 0 {
-                    assert!(
-                        after.total.reserved_bytes.current <= before.total.reserved_bytes.current
-                    );
-                }
+                // Before refusing, the pool released every releasable byte,
+                // and nothing else changed but the counters.
+                let released = after.counters.bytes_released - before.counters.bytes_released;
+                assert_eq!(
+                    released, before.releasable_bytes,
+                    "all the releasable cache"
+                );
+                assert_eq!(
+                    after.total.reserved_bytes.current,
+                    before.total.reserved_bytes.current - released
+                );
+                assert_eq!(after.counters.device_allocs, before.counters.device_allocs);
                 ooms += 1;
             }
         }
