@@ -1,0 +1,230 @@
+//! Every trace of data/traces, at full size and scaled down ÷16 and ÷64,
+//! replayed on the simulated H200 under the default policy and the PyTorch
+//! preset: its figures (peak reserved ÷ peak live with no limit, device
+//! allocations, bytes of segments created, the smallest budget with no OOM
+//! and the device allocations it needs) must equal the checked-in table
+//! data/figures.json within a small margin, and BENCHMARKS.md's figures block
+//! must be that table. A change that moves a figure fails here until the
+//! table is regenerated in the same commit:
+//!
+//! ```sh
+//! VRAMPOOL_UPDATE_FIGURES=1 cargo test --release -p vrampool-tests --test figures
+//! ```
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+use vrampool::trace::smallest_budget;
+use vrampool::{Config, Engine, Limit, SimulatedDevice, Trace, replay};
+
+/// The H200's max_buffer_size (the largest trace allocation is 3.1 GiB) and memory.
+const MAX_BUFFER: u64 = 4 << 30;
+const DEVICE: u64 = 141 << 30;
+const SCALES: [u64; 3] = [1, 16, 64];
+const POLICIES: [&str; 2] = ["vrampool", "pytorch"];
+
+/// Margins: figures are deterministic; these only absorb rounding.
+const RATIO_MARGIN: f64 = 0.001;
+const BUDGET_MARGIN: f64 = 0.001;
+const ALLOCS_MARGIN: f64 = 0.02;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Row {
+    trace: String,
+    scale: u64,
+    policy: String,
+    peak_live: u64,
+    ratio: f64,
+    device_allocs: u64,
+    bytes_created: u64,
+    min_budget: Option<f64>,
+    device_allocs_at_min: Option<u64>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Table {
+    /// How the table was made.
+    note: String,
+    rows: Vec<Row>,
+}
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn config(policy: &str) -> Config {
+    match policy {
+        "pytorch" => Config::pytorch(),
+        _ => Config::default(),
+    }
+}
+
+fn run(t: &Trace, policy: &str, limit: Option<u64>) -> vrampool::ReplayReport {
+    let config = Config {
+        limit: limit.map(Limit::Bytes),
+        ..config(policy)
+    };
+    let device = SimulatedDevice::with_max_buffer_size(DEVICE, MAX_BUFFER);
+    let mut engine = Engine::new(device, config).expect("a valid configuration");
+    replay(&mut engine, t, 0)
+}
+
+fn measure() -> Vec<Row> {
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(root().join("data/traces"))
+        .expect("data/traces")
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(".csv.gz"))
+        .collect();
+    paths.sort();
+    let mut rows = Vec::new();
+    for path in paths {
+        let full = Trace::open(&path).unwrap();
+        for scale in SCALES {
+            let t = if scale > 1 {
+                full.scaled(scale)
+            } else {
+                full.clone()
+            };
+            for policy in POLICIES {
+                let r = run(&t, policy, None);
+                assert_eq!(r.ooms, 0, "{} ÷{scale} {policy}", t.name);
+                let min = smallest_budget::<()>(t.peak_live, |limit| {
+                    let r = run(&t, policy, Some(limit));
+                    Ok((r.ooms == 0, r.device_allocs))
+                })
+                .unwrap();
+                rows.push(Row {
+                    trace: t.name.clone(),
+                    scale,
+                    policy: policy.to_string(),
+                    peak_live: t.peak_live,
+                    ratio: (r.reserved_ratio * 1000.0).round() / 1000.0,
+                    device_allocs: r.device_allocs,
+                    bytes_created: r.segment_bytes_created,
+                    min_budget: min.map(|m| m.0),
+                    device_allocs_at_min: min.map(|m| m.1),
+                });
+            }
+        }
+    }
+    rows
+}
+
+/// BENCHMARKS.md's figures block, rendered from the table.
+fn render(rows: &[Row]) -> String {
+    use std::fmt::Write;
+    let mut s = String::from(
+        "| trace | scale | peak live | vrampool: ratio / device allocs / min budget | pytorch preset: ratio / device allocs / min budget |\n|---|---|---|---|---|\n",
+    );
+    let cell = |r: &Row| {
+        format!(
+            "{:.3} / {} / {}",
+            r.ratio,
+            r.device_allocs,
+            r.min_budget.map_or("> 4x".into(), |m| format!("{m:.3}x"))
+        )
+    };
+    for pair in rows.chunks(2) {
+        let (v, p) = (&pair[0], &pair[1]);
+        let _ = writeln!(
+            s,
+            "| {} | ÷{} | {} | {} | {} |",
+            v.trace,
+            v.scale,
+            vrampool::fmt_bytes(v.peak_live),
+            cell(v),
+            cell(p)
+        );
+    }
+    s
+}
+
+const BEGIN: &str =
+    "<!-- figures:begin (generated from data/figures.json by tests/tests/figures.rs) -->\n";
+const END: &str = "<!-- figures:end -->";
+
+fn within(got: f64, want: f64, margin: f64) -> bool {
+    (got - want).abs() <= margin + 1e-9
+}
+
+#[test]
+fn every_trace_gives_the_figures_of_the_checked_in_table() {
+    let rows = measure();
+    let table_path = root().join("data/figures.json");
+    let bench_path = root().join("BENCHMARKS.md");
+    if std::env::var_os("VRAMPOOL_UPDATE_FIGURES").is_some() {
+        let table = Table {
+            note: "tests/tests/figures.rs: every trace of data/traces at ÷1, ÷16, ÷64 on the simulated H200 (141 GiB, 4 GiB buffers), no limit and the smallest budget with no OOM (bisected to ±0.0005, rounded up to 0.001)".into(),
+            rows: rows.clone(),
+        };
+        let json = serde_json::to_string_pretty(&table).unwrap() + "\n";
+        std::fs::write(&table_path, json).unwrap();
+        let bench = std::fs::read_to_string(&bench_path).unwrap();
+        let (head, rest) = bench
+            .split_once(BEGIN)
+            .expect("BENCHMARKS.md has the figures block");
+        let (_, tail) = rest.split_once(END).expect("the block ends");
+        std::fs::write(
+            &bench_path,
+            format!("{head}{BEGIN}{}{END}{tail}", render(&rows)),
+        )
+        .unwrap();
+        eprintln!(
+            "wrote {} and BENCHMARKS.md's figures block",
+            table_path.display()
+        );
+    }
+    let table: Table = serde_json::from_str(
+        &std::fs::read_to_string(&table_path)
+            .expect("data/figures.json (VRAMPOOL_UPDATE_FIGURES=1 writes it)"),
+    )
+    .unwrap();
+    assert_eq!(
+        table.rows.len(),
+        rows.len(),
+        "the table covers every trace, scale and policy"
+    );
+    let mut moved = Vec::new();
+    for (want, got) in table.rows.iter().zip(&rows) {
+        let id = format!("{} ÷{} {}", got.trace, got.scale, got.policy);
+        assert_eq!(
+            (&want.trace, want.scale, &want.policy),
+            (&got.trace, got.scale, &got.policy),
+            "row order"
+        );
+        let allocs =
+            |a: u64, b: u64| (a as f64 - b as f64).abs() <= (ALLOCS_MARGIN * b as f64).max(1.0);
+        let ok = within(got.ratio, want.ratio, RATIO_MARGIN)
+            && allocs(got.device_allocs, want.device_allocs)
+            && allocs(got.bytes_created >> 20, want.bytes_created >> 20)
+            && match (got.min_budget, want.min_budget) {
+                (Some(g), Some(w)) => within(g, w, BUDGET_MARGIN),
+                (None, None) => true,
+                _ => false,
+            }
+            && match (got.device_allocs_at_min, want.device_allocs_at_min) {
+                (Some(g), Some(w)) => allocs(g, w),
+                (None, None) => true,
+                _ => false,
+            };
+        if !ok {
+            moved.push(format!("{id}: table {want:?}, now {got:?}"));
+        }
+    }
+    assert!(
+        moved.is_empty(),
+        "figures moved; if on purpose, regenerate the table and BENCHMARKS.md in the same commit (VRAMPOOL_UPDATE_FIGURES=1):\n{}",
+        moved.join("\n")
+    );
+    let bench = std::fs::read_to_string(&bench_path).unwrap();
+    let block = bench
+        .split_once(BEGIN)
+        .and_then(|(_, rest)| rest.split_once(END))
+        .map(|(block, _)| block)
+        .expect("BENCHMARKS.md has the figures block");
+    assert_eq!(
+        block,
+        render(&table.rows),
+        "BENCHMARKS.md's figures block is not the table's"
+    );
+}
