@@ -5,7 +5,9 @@
 //! counters, a segment map and an event log; with buttons to allocate, free,
 //! `empty_cache`, set limits, replay traces, train an MLP and induce OOM.
 //!
-//! Build and serve it with `cargo xtask serve` (see the README).
+//! `model` is the page's state, natively testable; `app` is the view, one
+//! component per panel. Build and serve it with `cargo xtask serve` (see the
+//! README).
 
 pub mod model;
 

@@ -169,6 +169,9 @@ fn build() -> Result<()> {
         "--target",
         "web",
         "--no-typescript",
+        // Function names are half the module and nothing reads them (a panic
+        // still prints its message through console_error_panic_hook).
+        "--remove-name-section",
         "--out-dir",
         site.join("pkg").to_str().context("UTF-8 path")?,
         wasm.to_str().context("UTF-8 path")?,

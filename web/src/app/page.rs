@@ -1,0 +1,148 @@
+//! What the panels share through Leptos context: the model, the signals the
+//! tick and the tasks write, and the claim on the GPU that keeps a replay, a
+//! training step and the buttons' allocations from interleaving; with the
+//! page's clock and a sleep for those tasks.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use leptos::prelude::*;
+use vrampool::Stats;
+
+use super::device::DeviceView;
+use super::replay::ReplayView;
+use super::segments::SegmentsView;
+use super::training::TrainView;
+use crate::model::{Model, ModelCell, Point};
+
+/// Said when a button that needs the GPU is pressed while a replay or a
+/// training step is awaiting it.
+pub const BUSY: &str = "busy: a replay or training step is using the GPU; press again in a moment";
+
+/// The tick's period: figures at 20 Hz. Replays and training pace themselves to it.
+pub const TICK: Duration = Duration::from_millis(50);
+
+/// The page's shared state, provided once by `App` and read in each panel
+/// with `expect_context::<Page>()`. Every field is a handle, so it is `Copy`.
+#[derive(Clone, Copy)]
+pub struct Page {
+    /// The model; `None` until a device is open.
+    pub model: StoredValue<Option<Model>, LocalStorage>,
+    /// Whether a task is using the GPU pool (see [`Page::claim_gpu`]).
+    busy: StoredValue<bool>,
+    /// What the last button that failed says (`#error`).
+    pub error: RwSignal<Option<String>>,
+    /// Which device, and whether it was lost (written by the tick).
+    pub device: RwSignal<DeviceView>,
+    /// The pool's figures (the tick, 20 Hz).
+    pub stats: RwSignal<Option<Stats>>,
+    /// The timeline (the tick, 20 Hz).
+    pub points: RwSignal<VecDeque<Point>>,
+    /// Replay progress and result (the tick).
+    pub replay: RwSignal<ReplayView>,
+    /// Training (its own loop).
+    pub training: RwSignal<TrainView>,
+    /// The segment map (the tick, 5 Hz).
+    pub segments: RwSignal<SegmentsView>,
+    /// The event log, newest first (the tick, 5 Hz).
+    pub log: RwSignal<Vec<String>>,
+}
+
+impl Page {
+    /// Fresh state, with no model yet.
+    pub fn new() -> Page {
+        Page {
+            model: StoredValue::new_local(None),
+            busy: StoredValue::new(false),
+            error: RwSignal::new(None),
+            device: RwSignal::new(DeviceView::default()),
+            stats: RwSignal::new(None),
+            points: RwSignal::new(VecDeque::new()),
+            replay: RwSignal::new(ReplayView::default()),
+            training: RwSignal::new(TrainView::default()),
+            segments: RwSignal::new(SegmentsView::default()),
+            log: RwSignal::new(Vec::new()),
+        }
+    }
+
+    /// Adds a line to the event log.
+    pub fn say(self, line: String) {
+        self.with_model(|m| m.say(line));
+    }
+
+    /// Shows `message` in the error line.
+    pub fn fail(self, message: impl Into<String>) {
+        self.error.set(Some(message.into()));
+    }
+
+    /// Claims the GPU pool for one task until the claim is dropped; `None`
+    /// while another task holds it. (On the simulated device, allocations and
+    /// replay steps never yield, so they hold it only while they run.)
+    pub fn claim_gpu(self) -> Option<GpuClaim> {
+        if self.busy.get_value() {
+            return None;
+        }
+        self.busy.set_value(true);
+        Some(GpuClaim(self.busy))
+    }
+}
+
+impl ModelCell for Page {
+    fn with_model<R>(&self, f: impl FnOnce(&mut Model) -> R) -> Option<R> {
+        // Through one non-generic call, so the store's locking is compiled
+        // once rather than at each of the page's many call sites.
+        let (mut f, mut out) = (Some(f), None);
+        self.update_model(&mut |m| out = f.take().map(|f| f(m)));
+        out
+    }
+}
+
+impl Page {
+    fn update_model(self, f: &mut dyn FnMut(&mut Model)) {
+        self.model.update_value(|m| {
+            if let Some(m) = m {
+                f(m);
+            }
+        });
+    }
+}
+
+/// The GPU pool, claimed by one task ([`Page::claim_gpu`]); free again when dropped.
+pub struct GpuClaim(StoredValue<bool>);
+
+impl Drop for GpuClaim {
+    fn drop(&mut self) {
+        self.0.set_value(false);
+    }
+}
+
+/// Sets `signal` to `value` only if it differs (so nothing redraws for nothing).
+pub fn set_if_changed<T: PartialEq + Send + Sync + 'static>(signal: RwSignal<T>, value: T) {
+    if signal.with_untracked(|v| *v != value) {
+        signal.set(value);
+    }
+}
+
+/// The page's clock: seconds since it loaded.
+pub fn now_s() -> f64 {
+    web_sys::window()
+        .and_then(|w| w.performance())
+        .map_or(0.0, |p| p.now() / 1000.0)
+}
+
+/// The rest of a [`TICK`] begun at `began` (from [`now_s`]); zero if it is over.
+pub fn rest_of_tick(began: f64) -> Duration {
+    TICK.saturating_sub(Duration::from_secs_f64((now_s() - began).max(0.0)))
+}
+
+/// Yields to the browser for `d` (a `setTimeout`; zero still yields, so the
+/// page draws between a task's steps).
+pub async fn sleep(d: Duration) {
+    let ms = d.as_millis() as i32;
+    let promise = js_sys::Promise::new(&mut |resolve, _| {
+        if let Some(w) = web_sys::window() {
+            let _ = w.set_timeout_with_callback_and_timeout_and_arguments_0(&resolve, ms);
+        }
+    });
+    let _ = wasm_bindgen_futures::JsFuture::from(promise).await;
+}

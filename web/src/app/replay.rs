@@ -1,0 +1,192 @@
+//! The replay panel: a bundled trace or the person's own RMM CSV, replayed
+//! at a chosen speed by its own task through core's replay driver, and the
+//! figures it ends with (checked by the end-to-end test against the harness).
+
+use leptos::prelude::*;
+use leptos::task::spawn_local;
+use vrampool::{Trace, fmt_bytes};
+
+use super::page::{Page, now_s, rest_of_tick, sleep};
+use crate::model::{Model, ModelCell, Replay, ReplayResult, SAMPLES, advance_replay};
+
+/// Events replayed at most per tick, so a slow device falls behind instead of freezing.
+const MAX_EVENTS_PER_TICK: usize = 5000;
+
+/// What the replay status shows (written by the tick).
+#[derive(Clone, Copy, Default, PartialEq)]
+pub struct ReplayView {
+    /// Events taken and events in all, while a replay runs.
+    pub progress: Option<(usize, usize)>,
+    /// The last replay's figures.
+    pub result: Option<ReplayResult>,
+}
+
+impl ReplayView {
+    /// The replay of `m`.
+    pub fn of(m: &Model) -> ReplayView {
+        ReplayView {
+            progress: m.replay.as_ref().map(Replay::progress),
+            result: m.replay_result,
+        }
+    }
+
+    /// The status line: progress, or the last replay's figures.
+    fn status(&self) -> String {
+        match (self.progress, self.result) {
+            (Some((i, n)), _) => format!("replaying: {i} / {n} events"),
+            (None, Some(r)) => format!(
+                "done: {} events, peak reserved {} = {:.3} × peak live, {} device allocations, {} cache hits, {} OOMs",
+                r.ops,
+                fmt_bytes(r.peak_reserved),
+                r.peak_reserved as f64 / r.peak_live as f64,
+                r.device_allocs,
+                r.cache_hits,
+                r.ooms
+            ),
+            _ => String::new(),
+        }
+    }
+}
+
+/// Drives replay `id` until it ends: each tick, the events due at its speed,
+/// holding the GPU meanwhile; between ticks the page draws.
+async fn run_replay(page: Page, id: u64) {
+    loop {
+        let began = now_s();
+        let Some(due) = page
+            .with_model(|m| m.replay_due(id, began, MAX_EVENTS_PER_TICK))
+            .flatten()
+        else {
+            return;
+        };
+        if let Some(_claim) = page.claim_gpu()
+            && !advance_replay(&page, id, due).await
+        {
+            return;
+        }
+        sleep(rest_of_tick(began)).await;
+    }
+}
+
+/// Fetches a file served beside the page.
+async fn fetch_bytes(url: &str) -> Result<Vec<u8>, String> {
+    use wasm_bindgen::JsCast;
+    let window = web_sys::window().ok_or("no window")?;
+    let resp = wasm_bindgen_futures::JsFuture::from(window.fetch_with_str(url))
+        .await
+        .map_err(|_| format!("cannot fetch {url}"))?;
+    let resp: web_sys::Response = resp.dyn_into().map_err(|_| "not a response")?;
+    if !resp.ok() {
+        return Err(format!("cannot fetch {url}: HTTP {}", resp.status()));
+    }
+    let buf = resp
+        .array_buffer()
+        .map_err(|_| format!("cannot read {url}"))?;
+    let buf = wasm_bindgen_futures::JsFuture::from(buf)
+        .await
+        .map_err(|_| format!("cannot read {url}"))?;
+    Ok(js_sys::Uint8Array::new(&buf).to_vec())
+}
+
+/// Sample or file, speed, replay / stop, and the replay's status and result.
+#[component]
+pub fn ReplayPanel() -> impl IntoView {
+    let page = expect_context::<Page>();
+    let sample = RwSignal::new(SAMPLES[0].to_string());
+    let speed = RwSignal::new("10000".to_string());
+    let trace_error = RwSignal::new(None::<String>);
+
+    let start = move |trace: Trace| {
+        let speed: f64 = speed.get_untracked().parse().unwrap_or(10_000.0);
+        let started = page.with_model(|m| {
+            m.start_replay(trace, speed.max(1.0))
+                .inspect_err(|e| m.say(format!("cannot replay: {e}")))
+        });
+        match started {
+            Some(Ok(id)) => spawn_local(run_replay(page, id)),
+            Some(Err(e)) => trace_error.set(Some(e.to_string())),
+            None => {}
+        }
+    };
+    let replay_sample = move |_| {
+        trace_error.set(None);
+        page.with_model(|m| m.replay_result = None);
+        let name = sample.get_untracked();
+        spawn_local(async move {
+            let trace = fetch_bytes(&format!("samples/{name}.csv.gz"))
+                .await
+                .and_then(|bytes| Trace::from_bytes(&name, &bytes).map_err(|e| e.to_string()));
+            match trace {
+                Ok(t) => start(t),
+                Err(e) => trace_error.set(Some(e)),
+            }
+        });
+    };
+    let stop = move |_| {
+        page.with_model(Model::finish_replay);
+    };
+    let replay_file = move |ev: leptos::ev::Event| {
+        trace_error.set(None);
+        let input: web_sys::HtmlInputElement = event_target(&ev);
+        let Some(file) = input.files().and_then(|f| f.get(0)) else {
+            return;
+        };
+        spawn_local(async move {
+            let name = file.name();
+            let bytes = match wasm_bindgen_futures::JsFuture::from(file.array_buffer()).await {
+                Ok(b) => js_sys::Uint8Array::new(&b).to_vec(),
+                Err(_) => {
+                    trace_error.set(Some(format!("cannot read {name}")));
+                    return;
+                }
+            };
+            match Trace::from_bytes(&name, &bytes) {
+                Ok(t) => start(t),
+                Err(e) => {
+                    page.say(format!("trace refused: {e}"));
+                    trace_error.set(Some(e.to_string()));
+                }
+            }
+        });
+        input.set_value("");
+    };
+
+    let replay = page.replay;
+    // One `data-*` attribute of `#replay-result`: a figure of the last result.
+    let figure = move |get: fn(&ReplayResult) -> u64| {
+        move || {
+            replay.with(|r| {
+                r.result
+                    .as_ref()
+                    .map(|r| get(r).to_string())
+                    .unwrap_or_default()
+            })
+        }
+    };
+    view! {
+        <h2>"Replay a trace"</h2>
+        <div class="row">
+            <select id="sample" prop:value=sample on:change=move |e| sample.set(event_target_value(&e))>
+                {SAMPLES.iter().map(|n| view! { <option value=*n>{format!("{n} (PyTorch, sizes ÷ 64)")}</option> }).collect_view()}
+            </select>
+            <label>" ops/s " <input id="speed" prop:value=speed on:input=move |e| speed.set(event_target_value(&e)) /></label>
+        </div>
+        <div class="row">
+            <button id="btn-replay" on:click=replay_sample>"replay"</button>
+            <button id="btn-stop" on:click=stop>"stop"</button>
+            <label class="file">"or an RMM CSV: " <input id="trace-file" type="file" accept=".csv,.gz" on:change=replay_file /></label>
+        </div>
+        <p class="error" id="trace-error">{move || trace_error.get()}</p>
+        <p id="replay-status">{move || replay.with(ReplayView::status)}</p>
+        <div
+            id="replay-result"
+            data-done=move || replay.with(|r| (r.progress.is_none() && r.result.is_some()).to_string())
+            data-ops=figure(|r| r.ops)
+            data-peak-reserved=figure(|r| r.peak_reserved)
+            data-device-allocs=figure(|r| r.device_allocs)
+            data-cache-hits=figure(|r| r.cache_hits)
+            data-ooms=figure(|r| r.ooms)
+            data-millis=figure(|r| r.millis)
+        ></div>
+    }
+}

@@ -1,0 +1,463 @@
+//! The page's state, natively testable: the [`Backing`] that hands out
+//! blocks (the browser's WebGPU pool or the engine on a simulated device),
+//! the blocks held with the buttons, a replay in progress, the timeline and
+//! the event log. The view (`app/`) reads it; nothing here knows of Leptos.
+
+mod backing;
+mod replay;
+mod segments;
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::rc::Rc;
+
+use vrampool::{
+    Config, Counters, Error, Growth, Limit, READ_WRITE_USAGE, Snapshot, Stats, fmt_bytes,
+};
+
+pub use backing::{
+    AllocFuture, Backing, Block, SIM_CAPACITY, Simulated, Usage, WEBGPU_MAX_BUFFER,
+    allocate_and_free_half, simulated_pool,
+};
+pub use replay::{Replay, ReplayResult, SAMPLES, advance_replay};
+pub use segments::{BlockKind, SegmentView, segment_views};
+
+/// Timeline points kept (60 s at 20 Hz).
+pub const MAX_POINTS: usize = 1200;
+/// Log lines kept.
+pub const MAX_LOG: usize = 60;
+
+/// One point of the timeline.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Point {
+    /// Seconds since the page started.
+    pub t: f64,
+    /// Allocated bytes.
+    pub allocated: u64,
+    /// Reserved bytes.
+    pub reserved: u64,
+    /// Cached bytes.
+    pub cached: u64,
+    /// The hard limit then.
+    pub budget: Option<u64>,
+}
+
+/// The page's state.
+pub struct Model {
+    /// The WebGPU pool or the simulated engine.
+    backing: Rc<dyn Backing>,
+    /// "WebGPU: <adapter>" or the simulated device's size.
+    pub backend: String,
+    /// The device's largest buffer.
+    pub max_buffer: u64,
+    /// Blocks allocated with the buttons (in order).
+    held: Vec<Block>,
+    /// Newest last.
+    pub log: VecDeque<String>,
+    /// Timeline, oldest first.
+    pub points: VecDeque<Point>,
+    /// A replay in progress.
+    pub replay: Option<Replay>,
+    /// The last replay's result.
+    pub replay_result: Option<ReplayResult>,
+    /// Why the simulated device is in use (empty on WebGPU).
+    pub note: String,
+    /// Why the WebGPU device was lost, once it was.
+    pub lost: Option<String>,
+    /// Counters at the last sample, to log what the device did in between.
+    last_counters: Counters,
+    /// Seed for "free random".
+    rng: u64,
+}
+
+/// Where a task finds the model between awaits: the page keeps it in Leptos
+/// context (`app/page.rs`), the tests in a `RefCell`. An async loop over the
+/// model (allocating N blocks, a replay) takes the model for each step and
+/// lets go of it while it awaits the device.
+pub trait ModelCell {
+    /// Runs `f` on the model; `None` when there is none (the device is not
+    /// open yet).
+    fn with_model<R>(&self, f: impl FnOnce(&mut Model) -> R) -> Option<R>;
+}
+
+impl ModelCell for RefCell<Model> {
+    fn with_model<R>(&self, f: impl FnOnce(&mut Model) -> R) -> Option<R> {
+        Some(f(&mut self.borrow_mut()))
+    }
+}
+
+impl Model {
+    /// A model over `backing`.
+    pub fn new(backing: Rc<dyn Backing>, backend: String, max_buffer: u64) -> Model {
+        Model {
+            backing,
+            backend,
+            max_buffer,
+            held: Vec::new(),
+            log: VecDeque::new(),
+            points: VecDeque::new(),
+            replay: None,
+            replay_result: None,
+            note: String::new(),
+            lost: None,
+            last_counters: Counters::default(),
+            rng: 0x9e37_79b9_7f4a_7c15,
+        }
+    }
+
+    /// A model on the simulated device, saying why.
+    pub fn simulated(why: &str) -> Model {
+        let sim = Simulated::new(SIM_CAPACITY, Config::default()).expect("default config");
+        let mut m = Model::new(
+            Rc::new(sim),
+            format!("simulated device ({})", fmt_bytes(SIM_CAPACITY)),
+            WEBGPU_MAX_BUFFER,
+        );
+        m.say(format!("using the simulated device: {why}"));
+        m.note = why.to_string();
+        m
+    }
+
+    /// What hands out the blocks (to allocate without holding the model).
+    pub fn backing(&self) -> Rc<dyn Backing> {
+        self.backing.clone()
+    }
+
+    /// Whether the blocks come from a WebGPU device (not the simulated one).
+    pub fn on_webgpu(&self) -> bool {
+        self.backing.webgpu().is_some()
+    }
+
+    /// Adds a log line.
+    pub fn say(&mut self, line: String) {
+        if self.log.len() == MAX_LOG {
+            self.log.pop_front();
+        }
+        self.log.push_back(line);
+    }
+
+    /// The pool's figures.
+    pub fn stats(&self) -> Stats {
+        self.backing.stats()
+    }
+
+    /// Segments and blocks.
+    pub fn snapshot(&self) -> Snapshot {
+        self.backing.snapshot()
+    }
+
+    /// Records a timeline point, and logs the segments the pool created or
+    /// released since the last one, and any OOM. Returns the stats it read.
+    pub fn sample(&mut self, t: f64) -> Stats {
+        if self.lost.is_none()
+            && let Some(why) = self.backing.device_lost()
+        {
+            self.say(format!(
+                "device lost: {why}. Every allocation now fails with DeviceLost; frees and figures still work. Press \"new device\" to start over"
+            ));
+            self.lost = Some(why);
+        }
+        let s = self.stats();
+        let (now, was) = (s.counters, self.last_counters);
+        if now.device_allocs < was.device_allocs || now.allocs < was.allocs {
+            // A new pool: start counting afresh.
+            self.last_counters = Counters::default();
+        }
+        let was = self.last_counters;
+        if now.device_allocs > was.device_allocs {
+            self.say(format!(
+                "pool created {} segment(s); {} reserved",
+                now.device_allocs - was.device_allocs,
+                fmt_bytes(s.total.reserved_bytes.current)
+            ));
+        }
+        if now.device_frees > was.device_frees {
+            self.say(format!(
+                "pool released {} segment(s), {} back to the device",
+                now.device_frees - was.device_frees,
+                fmt_bytes(now.bytes_released.saturating_sub(was.bytes_released))
+            ));
+        }
+        if now.alloc_retries > was.alloc_retries {
+            self.say(format!(
+                "{} allocation(s) released cache and retried",
+                now.alloc_retries - was.alloc_retries
+            ));
+        }
+        if now.ooms > was.ooms {
+            self.say(format!(
+                "{} out-of-memory error(s) reported",
+                now.ooms - was.ooms
+            ));
+        }
+        self.last_counters = now;
+        if self.points.len() == MAX_POINTS {
+            self.points.pop_front();
+        }
+        self.points.push_back(Point {
+            t,
+            allocated: s.total.allocated_bytes.current,
+            reserved: s.total.reserved_bytes.current,
+            cached: s.total.cached_bytes.current,
+            budget: s.limit,
+        });
+        s
+    }
+
+    /// Keeps a block allocated with the buttons.
+    pub fn hold(&mut self, block: Block) {
+        self.held.push(block);
+    }
+
+    /// Frees about half of the held blocks, chosen at random.
+    pub fn free_random(&mut self) -> usize {
+        let held = std::mem::take(&mut self.held);
+        let mut freed = 0;
+        for block in held {
+            self.rng ^= self.rng << 13;
+            self.rng ^= self.rng >> 7;
+            self.rng ^= self.rng << 17;
+            if self.rng & 1 == 0 {
+                self.backing.free(block);
+                freed += 1;
+            } else {
+                self.held.push(block);
+            }
+        }
+        freed
+    }
+
+    /// Frees every held block.
+    pub fn free_all(&mut self) -> usize {
+        let held = std::mem::take(&mut self.held);
+        let n = held.len();
+        for block in held {
+            self.backing.free(block);
+        }
+        n
+    }
+
+    /// `empty_cache()`: returns the bytes released.
+    pub fn empty_cache(&mut self) -> u64 {
+        self.backing.empty_cache()
+    }
+
+    /// Sets the hard limit and the cache limit.
+    pub fn set_limits(
+        &mut self,
+        budget: Option<u64>,
+        cache_limit: Option<u64>,
+    ) -> Result<(), Error> {
+        self.backing
+            .set_limits(budget.map(Limit::Bytes), cache_limit)
+    }
+
+    /// Drops every block and the pool, and starts a new one with `growth`.
+    pub fn reset(
+        &mut self,
+        growth: Growth,
+        budget: Option<u64>,
+        cache_limit: Option<u64>,
+    ) -> Result<(), Error> {
+        self.free_all();
+        self.replay = None;
+        let config = Config {
+            growth,
+            limit: budget.map(Limit::Bytes),
+            cache_limit,
+            default_usage: READ_WRITE_USAGE.bits(),
+            ..Config::default()
+        };
+        self.backing = self.backing.renew(config)?;
+        Ok(())
+    }
+}
+
+/// "allocate N × size": allocates `n` blocks of `size` bytes one at a time
+/// (each awaited, as WebGPU's error scopes must be) and holds them, stopping
+/// at the first refusal. Returns how many it holds, and the refusal.
+pub async fn allocate_held(
+    model: &impl ModelCell,
+    n: usize,
+    size: u64,
+    usage: Usage,
+) -> (usize, Option<Error>) {
+    let Some(backing) = model.with_model(|m| m.backing()) else {
+        return (0, None);
+    };
+    let mut held = 0;
+    for _ in 0..n {
+        match backing.allocate(size, usage).await {
+            Ok(block) => {
+                if model.with_model(|m| m.hold(block)).is_none() {
+                    break;
+                }
+                held += 1;
+            }
+            Err(e) => return (held, Some(e)),
+        }
+    }
+    (held, None)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::Future;
+    use std::pin::pin;
+    use std::task::{Context, Poll, Waker};
+
+    use vrampool::Trace;
+
+    use super::*;
+
+    /// The outcome of a future that is ready at once, as every future on the
+    /// simulated backing is.
+    fn now<T>(f: impl Future<Output = T>) -> T {
+        match pin!(f).poll(&mut Context::from_waker(Waker::noop())) {
+            Poll::Ready(v) => v,
+            Poll::Pending => panic!("the simulated backing answers at once"),
+        }
+    }
+
+    fn alloc(m: &Model, size: u64, usage: Usage) -> Result<Block, Error> {
+        now(m.backing().allocate(size, usage))
+    }
+
+    #[test]
+    fn buttons_move_the_figures() {
+        let mut e = simulated_pool(1 << 30, Config::default()).unwrap();
+        let s = allocate_and_free_half(&mut e, 10, 100_000).unwrap();
+        assert_eq!(s.total.allocations.current, 5);
+        assert_eq!(s.counters.allocs, 10);
+        assert!(s.total.cached_bytes.current > 0);
+        assert!(
+            allocate_and_free_half(&mut e, 1, 300 << 20).is_err(),
+            "above WebGPU's max_buffer_size"
+        );
+    }
+
+    #[test]
+    fn sample_replay_on_the_simulated_page_matches_the_core_replay() {
+        let name = SAMPLES[0];
+        let path = format!("{}/samples/{name}.csv.gz", env!("CARGO_MANIFEST_DIR"));
+        let trace = Trace::open(path).unwrap();
+        let model = RefCell::new(Model::simulated("test"));
+        let id = model
+            .borrow_mut()
+            .start_replay(trace.clone(), 10_000.0)
+            .unwrap();
+        while now(advance_replay(&model, id, 1000)) {}
+        let m = model.into_inner();
+        assert!(m.replay.is_none());
+        let got = m.replay_result.unwrap();
+        let mut e = simulated_pool(SIM_CAPACITY, Config::default()).unwrap();
+        let want = vrampool::replay(&mut e, &trace, 0);
+        assert_eq!(got.ops as usize, trace.events.len());
+        assert_eq!(got.peak_reserved, want.peak_reserved);
+        assert_eq!(got.device_allocs, want.device_allocs);
+        assert_eq!(got.cache_hits, want.cache_hits);
+        assert_eq!(got.ooms, 0);
+    }
+
+    #[test]
+    fn the_log_tells_what_the_device_did() {
+        let mut m = Model::simulated("test");
+        m.sample(0.0);
+        let h = alloc(&m, 1 << 20, Usage::Storage).unwrap();
+        m.sample(0.1);
+        assert!(m.log.back().unwrap().starts_with("pool created 1 segment"));
+        m.backing().free(h);
+        let released = m.empty_cache();
+        m.sample(0.2);
+        assert_eq!(
+            m.log.back().unwrap(),
+            &format!(
+                "pool released 1 segment(s), {} back to the device",
+                fmt_bytes(released)
+            )
+        );
+        m.set_limits(Some(1 << 20), None).unwrap();
+        assert!(alloc(&m, 2 << 20, Usage::Storage).is_err());
+        m.sample(0.3);
+        assert_eq!(m.log.back().unwrap(), "1 out-of-memory error(s) reported");
+        assert_eq!(m.points.len(), 4);
+    }
+
+    #[test]
+    fn allocate_n_holds_blocks_until_the_first_refusal() {
+        let model = RefCell::new(Model::simulated("test"));
+        model.borrow_mut().set_limits(Some(3 << 20), None).unwrap();
+        let (held, refused) = now(allocate_held(&model, 8, 1 << 20, Usage::Storage));
+        assert_eq!(held, 3);
+        assert!(
+            matches!(refused, Some(Error::OutOfMemory(_))),
+            "{refused:?}"
+        );
+        let mut m = model.into_inner();
+        assert_eq!(m.stats().total.allocated_bytes.current, 3 << 20);
+        assert_eq!(m.free_all(), 3);
+        assert_eq!(m.stats().total.allocated_bytes.current, 0);
+    }
+
+    /// A pool on the machine's Vulkan adapter (lavapipe in CI), as the page
+    /// holds one on the browser's WebGPU device.
+    #[cfg(not(target_arch = "wasm32"))]
+    fn native_gpu_model() -> (Model, wgpu::Device) {
+        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
+            backends: wgpu::Backends::VULKAN,
+            ..wgpu::InstanceDescriptor::new_without_display_handle()
+        });
+        let adapter = pollster::block_on(instance.request_adapter(&Default::default()))
+            .expect("a Vulkan adapter (apt-get install mesa-vulkan-drivers)");
+        let (device, queue) =
+            pollster::block_on(adapter.request_device(&Default::default())).unwrap();
+        let pool = vrampool::Pool::new(device.clone(), queue, Default::default()).unwrap();
+        let max = device.limits().max_buffer_size;
+        (Model::new(Rc::new(pool), "Vulkan".into(), max), device)
+    }
+
+    #[cfg(not(target_arch = "wasm32"))]
+    #[test]
+    fn a_lost_device_is_logged_once_and_shown() {
+        let (mut m, device) = native_gpu_model();
+        let backing = m.backing();
+        let pool = backing.webgpu().unwrap();
+        m.hold(Block::new(
+            pool.alloc(vrampool::AllocDesc::storage(1 << 20)).unwrap(),
+        ));
+        m.sample(0.0);
+        assert!(m.lost.is_none());
+        device.destroy();
+        let _ = device.poll(wgpu::PollType::Poll);
+        m.sample(0.1);
+        m.sample(0.2);
+        assert!(m.lost.as_deref().unwrap().contains("destroyed"));
+        let said: Vec<_> = m
+            .log
+            .iter()
+            .filter(|l| l.starts_with("device lost"))
+            .collect();
+        assert_eq!(said.len(), 1, "{:?}", m.log);
+        // Frees and figures keep working.
+        assert_eq!(m.free_all(), 1);
+        assert_eq!(m.stats().total.allocated_bytes.current, 0);
+    }
+
+    #[test]
+    fn segment_map_marks_live_cached_and_free() {
+        let mut m = Model::simulated("test");
+        // Tensors share segments (read_write); storage blocks with no declaration do not.
+        let a = alloc(&m, 1 << 20, Usage::Tensor).unwrap();
+        let b = alloc(&m, 1 << 20, Usage::Tensor).unwrap();
+        m.backing().free(a);
+        let (views, hidden) = segment_views(&m.snapshot(), 10);
+        assert_eq!(hidden, 0);
+        let kinds: Vec<BlockKind> = views[0].blocks.iter().map(|b| b.2).collect();
+        assert!(kinds.contains(&BlockKind::Live) && kinds.contains(&BlockKind::Cached));
+        m.backing().free(b);
+        let (views, _) = segment_views(&m.snapshot(), 10);
+        assert!(views[0].blocks.iter().all(|b| b.2 == BlockKind::Free));
+        assert!(m.empty_cache() > 0);
+        assert!(m.snapshot().segments.is_empty());
+    }
+}

@@ -1,0 +1,205 @@
+//! A trace replayed on the page: core's one replay driver
+//! ([`Replayer`]) over the page's [`Backing`], paced to a speed in
+//! operations per second, ending with the figures the harness reports.
+
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use vrampool::trace::{Replayer, Step};
+use vrampool::{Counters, Error, Growth, Trace, fmt_bytes};
+
+use super::{Backing, Block, Model, ModelCell, Usage};
+
+/// The built-in sample traces: the shared PyTorch traces with every size ÷ 64,
+/// written by `cargo xtask samples` into `web/samples/` and served beside the
+/// page as `samples/<name>.csv.gz` (kept out of the wasm, where their
+/// already-compressed bytes would cost 88 KB of the download).
+pub const SAMPLES: [&str; 3] = ["resnet_train", "gpt_train", "batch_sweep"];
+
+/// A trace being replayed.
+pub struct Replay {
+    /// Tells this replay from a later one (a task driving it stops when it is gone).
+    id: u64,
+    /// Core's replay driver: the trace, where it is, pointer → block.
+    replayer: Replayer<'static, Block>,
+    /// Operations per second.
+    speed: f64,
+    /// When it started (the page's clock, seconds); `None` until first paced.
+    started: Option<f64>,
+    /// Counters when it started (the report is the difference).
+    start: Counters,
+    /// Wall clock at the start.
+    wall: web_time::Instant,
+}
+
+impl Replay {
+    /// Events taken so far, and events in the trace.
+    pub fn progress(&self) -> (usize, usize) {
+        (self.replayer.position(), self.replayer.trace().events.len())
+    }
+}
+
+/// Final figures of a replay, in the words of the harness's `replay --json`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ReplayResult {
+    /// Trace events replayed.
+    pub ops: u64,
+    /// Peak live bytes of the trace.
+    pub peak_live: u64,
+    /// Peak reserved bytes.
+    pub peak_reserved: u64,
+    /// Device buffers created.
+    pub device_allocs: u64,
+    /// Allocations served from the cache.
+    pub cache_hits: u64,
+    /// Allocations refused.
+    pub ooms: u64,
+    /// Wall-clock milliseconds from start to end.
+    pub millis: u64,
+}
+
+/// What [`Model::replay_step`] left to the caller.
+enum Next {
+    /// Allocate `size` bytes on this backing, then report with [`Model::replay_allocated`].
+    Allocate(Rc<dyn Backing>, u64),
+    /// A free (or nothing) was carried out.
+    Stepped,
+    /// The replay is over (ended here, stopped, or replaced by another).
+    Over,
+}
+
+impl Model {
+    /// Starts replaying `trace` on a fresh pool (so the figures can be checked
+    /// against the harness's replay of the same trace). Returns the replay's
+    /// id, for [`advance_replay`].
+    pub fn start_replay(&mut self, trace: Trace, speed: f64) -> Result<u64, Error> {
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+        if trace.largest > self.max_buffer {
+            return Err(Error::TooLarge {
+                requested: trace.largest,
+                max_buffer_size: self.max_buffer,
+            });
+        }
+        let limit = self.stats().limit;
+        self.reset(Growth::OnDemand, limit, None)?;
+        self.backing.reset_peak_stats();
+        self.say(format!(
+            "replay {}: {} events, peak live {}",
+            trace.name,
+            trace.events.len(),
+            fmt_bytes(trace.peak_live)
+        ));
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        self.replay = Some(Replay {
+            id,
+            replayer: Replayer::owned(trace),
+            speed,
+            started: None,
+            start: self.stats().counters,
+            wall: web_time::Instant::now(),
+        });
+        self.replay_result = None;
+        Ok(id)
+    }
+
+    /// How many events of replay `id` are due at time `t` to keep to its speed
+    /// (at most `cap` at once, so a slow device falls behind instead of
+    /// freezing); `None` once that replay is over.
+    pub fn replay_due(&mut self, id: u64, t: f64, cap: usize) -> Option<usize> {
+        let r = self.replay.as_mut().filter(|r| r.id == id)?;
+        let start = *r.started.get_or_insert(t);
+        let target = ((t - start) * r.speed).ceil() as usize + 1;
+        Some(target.saturating_sub(r.replayer.position()).clamp(1, cap))
+    }
+
+    /// Ends the replay: frees what is still live and records the result.
+    pub fn finish_replay(&mut self) {
+        let Some(mut r) = self.replay.take() else {
+            return;
+        };
+        for block in r.replayer.take_live() {
+            self.backing.free(block);
+        }
+        let s = self.stats();
+        let res = ReplayResult {
+            ops: r.replayer.position() as u64,
+            peak_live: r.replayer.trace().peak_live,
+            peak_reserved: s.total.reserved_bytes.peak,
+            device_allocs: s.counters.device_allocs - r.start.device_allocs,
+            cache_hits: s.counters.cache_hits - r.start.cache_hits,
+            ooms: r.replayer.counts().ooms,
+            millis: r.wall.elapsed().as_millis() as u64,
+        };
+        self.say(format!(
+            "replay {} done in {:.2} s: peak reserved {} ({:.3} × peak live), {} device allocations, {} OOMs",
+            r.replayer.trace().name,
+            res.millis as f64 / 1000.0,
+            fmt_bytes(res.peak_reserved),
+            res.peak_reserved as f64 / res.peak_live as f64,
+            res.device_allocs,
+            res.ooms
+        ));
+        self.replay_result = Some(res);
+    }
+
+    /// Takes the next event of replay `id`: a free is carried out here, an
+    /// allocation is left to the caller to await; after the last event the
+    /// replay ends.
+    fn replay_step(&mut self, id: u64) -> Next {
+        let Some(r) = self.replay.as_mut().filter(|r| r.id == id) else {
+            return Next::Over;
+        };
+        match r.replayer.next_step() {
+            None => {
+                self.finish_replay();
+                Next::Over
+            }
+            Some(Step::Allocate { size, .. }) => Next::Allocate(self.backing.clone(), size),
+            // No command used the block: reusable at once, in trace order.
+            Some(Step::Free(block)) => {
+                self.backing.free(block);
+                Next::Stepped
+            }
+            Some(Step::Skip) => Next::Stepped,
+        }
+    }
+
+    /// The outcome of replay `id`'s allocation. A refusal is counted (the
+    /// first three are logged) and the replay goes on, whatever the error.
+    fn replay_allocated(&mut self, id: u64, outcome: Result<Block, Error>) {
+        let Some(r) = self.replay.as_mut().filter(|r| r.id == id) else {
+            // Stopped or replaced while the device answered: nobody holds it.
+            if let Ok(block) = outcome {
+                self.backing.free(block);
+            }
+            return;
+        };
+        let refused = outcome.as_ref().err().map(Error::to_string);
+        // Core hands back an error other than out-of-memory (after counting
+        // it) for the caller to stop or go on; the page goes on.
+        let _ = r.replayer.allocated(outcome);
+        let ooms = r.replayer.counts().ooms;
+        if let Some(err) = refused
+            && ooms <= 3
+        {
+            self.say(format!("OOM during replay: {err}"));
+        }
+    }
+}
+
+/// The page's replay loop, for either backing: carries out up to `n` events
+/// of replay `id` (frees at once, each allocation awaited, so on WebGPU a new
+/// segment waits for its error scopes) and ends the replay after its last
+/// event. Returns whether replay `id` goes on.
+pub async fn advance_replay(model: &impl ModelCell, id: u64, n: usize) -> bool {
+    for _ in 0..n {
+        let (backing, size) = match model.with_model(|m| m.replay_step(id)) {
+            Some(Next::Allocate(backing, size)) => (backing, size),
+            Some(Next::Stepped) => continue,
+            Some(Next::Over) | None => return false,
+        };
+        let outcome = backing.allocate(size, Usage::Tensor).await;
+        model.with_model(|m| m.replay_allocated(id, outcome));
+    }
+    true
+}
