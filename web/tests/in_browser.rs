@@ -264,3 +264,58 @@ async fn bytes_written_to_a_block_read_back_through_a_pool_staging_buffer() {
     rx.await.unwrap().unwrap();
     assert_eq!(&slice.get_mapped_range().unwrap()[..], &data[..]);
 }
+
+#[wasm_bindgen_test]
+async fn a_device_refusal_in_the_browser_takes_the_ladder_and_changes_no_figure() {
+    // The device refuses through the browser's asynchronous error scopes (the
+    // fault injector answers them with wgpu's out-of-memory error): first
+    // the planned segment only, then every step of the ladder.
+    use vrampool::fault::{Fault, Faults};
+    let (_, device, queue) = vrampool_web::open_webgpu().await.expect("WebGPU");
+    let faults = Faults::new();
+    let options = PoolOptions {
+        faults: Some(faults.clone()),
+        ..PoolOptions::default()
+    };
+    let p = Pool::new(device, queue, options).unwrap();
+    let desc = AllocDesc::storage(5 << 20).read_only();
+    faults.refuse(1, Fault::OutOfMemory);
+    let b = p.alloc_async(desc).await.unwrap();
+    assert_eq!(
+        faults.creates(),
+        2,
+        "the planned segment, then just the request"
+    );
+    assert_eq!(b.size(), 5 << 20);
+    drop(b);
+    p.submitted();
+    let before = p.stats();
+    let creates = faults.creates();
+    for n in 1..=3 {
+        faults.refuse(n, Fault::OutOfMemory);
+    }
+    let err = p
+        .alloc_async(AllocDesc::storage(9 << 20).read_only())
+        .await
+        .err()
+        .expect("refused");
+    assert!(
+        matches!(&err, Error::OutOfMemory(i) if i.device_refused),
+        "{err}"
+    );
+    assert_eq!(faults.creates() - creates, 3, "the three steps");
+    let after = p.stats();
+    assert_eq!(after.counters.ooms, before.counters.ooms + 1);
+    assert_eq!(
+        after.counters.cache_misses, before.counters.cache_misses,
+        "no miss counted"
+    );
+    assert_eq!(after.total.allocated_bytes, before.total.allocated_bytes);
+    assert_eq!(
+        after.counters.bytes_released - before.counters.bytes_released,
+        before.releasable_bytes,
+        "all the cache went first"
+    );
+    assert_eq!(faults.held(), after.total.reserved_bytes.current);
+    p.check_invariants().unwrap();
+}
