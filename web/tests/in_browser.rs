@@ -294,11 +294,9 @@ async fn a_device_refusal_in_the_browser_takes_the_ladder_and_changes_no_figure(
     for n in 1..=3 {
         faults.refuse(n, Fault::OutOfMemory);
     }
-    let err = p
-        .alloc_async(AllocDesc::storage(9 << 20).read_only())
-        .await
-        .err()
-        .expect("refused");
+    let Err(err) = p.alloc_async(AllocDesc::storage(9 << 20).read_only()).await else {
+        panic!("the device refused every step")
+    };
     assert!(
         matches!(&err, Error::OutOfMemory(i) if i.device_refused),
         "{err}"
