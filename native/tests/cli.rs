@@ -227,7 +227,7 @@ const H: &str = "Thread,Time,Action,Pointer,Size,Stream\n";
 fn bad_traces_are_refused_with_their_line() {
     let d = tempfile::tempdir().unwrap();
     let cases = [
-        ("missing", None, "cannot read trace"),
+        ("missing", None, "cannot read the trace"),
         (
             "size",
             Some(format!("{H}0,0,allocate,0x10,12ab,0x0\n")),
@@ -285,7 +285,7 @@ fn bad_traces_are_refused_with_their_line() {
     refuses(
         &["replay", "--simulate", d.path().to_str().unwrap()],
         &[],
-        "cannot read trace",
+        "cannot read the trace",
     );
     // A truncated gzip stream.
     let bytes = std::fs::read(trace("resnet_train")).unwrap();
@@ -294,7 +294,7 @@ fn bad_traces_are_refused_with_their_line() {
     refuses(
         &["replay", "--simulate", cut.to_str().unwrap()],
         &[],
-        "cannot read trace",
+        "cannot read the trace",
     );
     // Bytes that are not UTF-8.
     let utf = d.path().join("utf.csv");

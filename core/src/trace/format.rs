@@ -14,7 +14,7 @@ pub const HEADER: &str = "Thread,Time,Action,Pointer,Size,Stream";
 #[derive(Debug, thiserror::Error)]
 pub enum TraceError {
     /// The file could not be opened or read (also: a truncated gzip stream).
-    #[error("cannot read trace {path}: {source}")]
+    #[error("{path}: cannot read the trace: {source}")]
     Io {
         /// The file.
         path: String,
