@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""PyTorch's caching allocator on every data/traces/*.csv.gz (RMM CSV logs), on a CUDA GPU.
+"""PyTorch's caching allocator on every data/traces/*.csv.gz and data/traces/heldout/*.csv.gz
+(RMM CSV logs), on a CUDA GPU.
 
 For each trace, and each allocator setting (PyTorch's default, then
 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, set in the child's environment before
@@ -28,9 +29,16 @@ torch initialises CUDA):
 
 Peak live is the trace's own: the largest sum of live Size fields (requested bytes).
 
+With --kstep s the grid's step is s/1000 instead of 0.001 (budgets 1.000, 1.000 + s/1000,
+...; min and safe budgets are then those of the coarser grid, and the fresh re-checks test
+x and x - s/1000). With --scan-seconds T the script picks, after the unconstrained replays,
+the smallest step of 1, 2, 3, 5, 10, 20, 50 whose estimated scan time fits in T seconds
+(each attempt estimated at 3 x the unconstrained replay's time + 0.3 s, 0.5 s with
+expandable segments, plus 8 s per process), and records the step it used.
+
 Usage: PYTHONUNBUFFERED=1 python3 scripts/traces/pytorch_figures.py [--dir data/traces]
        [--jobs 8] [--mem-budget-gib 100] [--no-verify] [--configs default,expandable]
-       [--chunk 128] [--skip-replay] [names...]
+       [--chunk 128] [--skip-replay] [--kstep 1] [--scan-seconds T] [names...]
 Writes <dir>/pytorch_figures.json and prints a markdown table.
 """
 
@@ -207,40 +215,42 @@ class Replayer:
         return res
 
 
-def child_scan(path, k0, k1):
-    """Attempts at every k in [k0, k1] (budget k/1000 x peak live), in this process."""
+def child_scan(path, k0, k1, step=1):
+    """Attempts at every k in [k0, k1] (budget k/1000 x peak live) on the grid of step
+    `step` from k0, in this process."""
     r = Replayer(path)
     t0 = time.perf_counter()
     ok, allocs = [], []
-    for k in range(k0, k1 + 1):
+    for k in range(k0, k1 + 1, step):
         o, d, _ = r.attempt(k)
         ok.append("1" if o else "0")
         allocs.append(d)
-    return dict(k0=k0, k1=k1, ok="".join(ok), allocs=allocs, seconds=time.perf_counter() - t0)
+    return dict(k0=k0, k1=k1, step=step, ok="".join(ok), allocs=allocs,
+                seconds=time.perf_counter() - t0)
 
 
-def summarise_map(okmap, k0=1000):
-    """From the success map on the 0.001 grid starting at k0: the smallest success, the
-    smallest k from which every k up to the map's end succeeds, and what a bisection between
-    k0 and the map's end (assumed to succeed) would have returned."""
-    ks = [k0 + i for i, c in enumerate(okmap) if c == "1"]
+def summarise_map(okmap, k0=1000, step=1):
+    """From the success map on the grid of step `step` (in 0.001) starting at k0: the
+    smallest success, the smallest k from which every k up to the map's end succeeds, and
+    what a bisection between k0 and the map's end (assumed to succeed) would have returned."""
+    ks = [k0 + i * step for i, c in enumerate(okmap) if c == "1"]
     if not ks:
         return None, None, None
     first = ks[0]
-    last_fail = max([k0 + i for i, c in enumerate(okmap) if c == "0"], default=k0 - 1)
-    safe = last_fail + 1
-    lo, hi = k0, k0 + len(okmap) - 1
+    last_fail = max([k0 + i * step for i, c in enumerate(okmap) if c == "0"], default=k0 - step)
+    safe = last_fail + step
+    lo, hi = 0, len(okmap) - 1
     if okmap[0] == "1":
         bis = lo
     else:
         while hi - lo > 1:
             mid = (lo + hi) // 2
-            if okmap[mid - k0] == "1":
+            if okmap[mid] == "1":
                 hi = mid
             else:
                 lo = mid
         bis = hi
-    return first, safe, bis
+    return first, safe, k0 + bis * step
 
 
 def child_attempt(path, k):
@@ -317,6 +327,9 @@ def main():
     ap.add_argument("--skip-replay", action="store_true",
                     help="reuse the unconstrained replays already in pytorch_figures.json")
     ap.add_argument("--configs", default="default,expandable")
+    ap.add_argument("--kstep", type=int, default=1, help="grid step in 0.001 (default 1)")
+    ap.add_argument("--scan-seconds", type=float,
+                    help="pick the finest grid step whose estimated scan fits in this time")
     ap.add_argument("--replay")
     ap.add_argument("--wait", action="store_true")
     ap.add_argument("--scan", help="(internal) scan budgets k0..k1 of this trace")
@@ -329,7 +342,8 @@ def main():
         print("RESULT " + json.dumps(child_replay(args.replay, args.wait)), flush=True)
         return
     if args.scan:
-        print("RESULT " + json.dumps(child_scan(args.scan, args.k0, args.k1)), flush=True)
+        print("RESULT " + json.dumps(child_scan(args.scan, args.k0, args.k1, args.kstep)),
+              flush=True)
         return
     if args.attempt:
         print("RESULT " + json.dumps(child_attempt(args.attempt, args.k)), flush=True)
@@ -341,6 +355,7 @@ def main():
         print(f"[{time.perf_counter() - T0:6.1f}s] {msg}", flush=True)
 
     paths = sorted(glob.glob(os.path.join(args.dir, "*.csv.gz")))
+    paths += sorted(glob.glob(os.path.join(args.dir, "heldout", "*.csv.gz")))
     names = [os.path.basename(p)[: -len(".csv.gz")] for p in paths]
     if args.names:
         keep = [(n, p) for n, p in zip(names, paths) if n in args.names]
@@ -358,8 +373,11 @@ def main():
             out = json.load(f)
     for n, p in zip(names, paths):
         tr = load(p)
-        t = dict(file=os.path.basename(p), allocations=tr["allocations"], events=tr["events"],
-                 peak_live=tr["peak_live"], largest=tr["largest"], live_at_end=tr["live_at_end"])
+        t = dict(file=os.path.relpath(p, args.dir), allocations=tr["allocations"],
+                 events=tr["events"], peak_live=tr["peak_live"], largest=tr["largest"],
+                 live_at_end=tr["live_at_end"])
+        if os.path.basename(os.path.dirname(p)) == "heldout":
+            t["held_out"] = True
         if n in rec:
             t["real_run"] = rec[n]["real_run_ratio"]
             t["real_run_source"] = "recording.json (max_memory_reserved / peak live)"
@@ -439,24 +457,51 @@ def main():
     def need(n, x):
         return int(x * out["traces"][n]["peak_live"] * 1.02) + 2**30
 
-    chunks, maps = [], {}
-    for c in configs:
-        for n, p in zip(names, paths):
-            rr = out["traces"][n].get(c, {}).get("replay", {})
-            if "ratio" not in rr:
-                continue
-            hi = max(1001, math.ceil(rr["ratio"] * 1000) + 1)
-            maps[(n, c)] = dict(p=p, hi=hi, parts={})
-            for k0 in range(1000, hi + 1, args.chunk):
-                chunks.append((n, p, c, k0, min(hi, k0 + args.chunk - 1)))
+    def plan(step):
+        chunks, maps = [], {}
+        for c in configs:
+            for n, p in zip(names, paths):
+                rr = out["traces"][n].get(c, {}).get("replay", {})
+                if "ratio" not in rr:
+                    continue
+                hi = max(1001, math.ceil(rr["ratio"] * 1000) + 1)
+                hi = 1000 + math.ceil((hi - 1000) / step) * step  # the grid's top, on the grid
+                maps[(n, c)] = dict(p=p, hi=hi, parts={})
+                span = args.chunk * step
+                for k0 in range(1000, hi + 1, span):
+                    chunks.append((n, p, c, k0, min(hi, k0 + span - step)))
+        return chunks, maps
+
+    def estimate(chunks):
+        """Estimated wall seconds of the scan: per attempt 3 x the unconstrained replay's
+        time + 0.3 s (0.5 s with expandable segments), 8 s per process; greedy over jobs."""
+        ts = []
+        for n, p, c, k0, k1 in chunks:
+            rr = out["traces"][n][c]["replay"]
+            per = 3 * rr["seconds"] + (0.5 if c == "expandable" else 0.3)
+            ts.append(8 + per * ((k1 - k0) // step + 1))
+        lanes = [0.0] * max(1, args.jobs)
+        for t in sorted(ts, reverse=True):
+            lanes[lanes.index(min(lanes))] += t
+        return max(lanes)
+
+    step = args.kstep
+    if args.scan_seconds:
+        for step in (1, 2, 3, 5, 10, 20, 50):
+            if estimate(plan(step)[0]) <= args.scan_seconds:
+                break
+    chunks, maps = plan(step)
+    log(f"grid step {step / 1000:.3f}; estimated scan {estimate(chunks):.0f} s")
     chunks.sort(key=lambda j: (-(j[4] - j[3]) * out["traces"][j[0]]["events"], j[3]))
-    log(f"scanning {sum(j[4] - j[3] + 1 for j in chunks)} budgets in {len(chunks)} processes")
+    log(f"scanning {sum((j[4] - j[3]) // step + 1 for j in chunks)} budgets in {len(chunks)} "
+        "processes")
 
     def scan_job(job):
         n, p, c, k0, k1 = job
         m = gate.take(need(n, k1 / 1000 + 0.01))
         try:
-            r = run_child(["--scan", p, "--k0", str(k0), "--k1", str(k1)], CONFIGS[c], 600)
+            r = run_child(["--scan", p, "--k0", str(k0), "--k1", str(k1), "--kstep", str(step)],
+                          CONFIGS[c], 600)
         finally:
             gate.give(m)
         with lock:
@@ -476,19 +521,19 @@ def main():
         else:
             okmap = "".join(q["ok"] for q in parts)
             allocs = [a for q in parts for a in q["allocs"]]
-            first, safe, bis = summarise_map(okmap)
-            b = dict(grid_from=1.0, grid_step=0.001, grid_to=mp["hi"] / 1000, ok_map=okmap,
+            first, safe, bis = summarise_map(okmap, 1000, step)
+            b = dict(grid_from=1.0, grid_step=step / 1000, grid_to=mp["hi"] / 1000, ok_map=okmap,
                      device_allocs_map=allocs, scan_seconds=sum(q["seconds"] for q in parts))
             if first is None:
                 b["min_budget"] = None
             else:
                 b.update(min_budget=first / 1000, min_k=first, safe_budget=safe / 1000,
                          bisection_budget=bis / 1000, monotone=(first == safe),
-                         device_allocs_at_min=allocs[first - 1000],
-                         device_allocs_at_safe=allocs[safe - 1000])
+                         device_allocs_at_min=allocs[(first - 1000) // step],
+                         device_allocs_at_safe=allocs[(safe - 1000) // step])
                 if not args.no_verify:
                     checks = {}
-                    for kk in sorted({first, first - 1, safe, safe - 1}):
+                    for kk in sorted({first, first - step, safe, safe - step}):
                         if kk < 1000:
                             continue
                         m = gate.take(need(n, kk / 1000 + 0.01))
@@ -498,7 +543,7 @@ def main():
                         finally:
                             gate.give(m)
                     b["fresh_checks"] = checks
-                    want = {first: True, first - 1: False, safe: True, safe - 1: False}
+                    want = {first: True, first - step: False, safe: True, safe - step: False}
                     b["fresh_agrees"] = all(checks[str(kk)].get("ok") == want[kk] for kk in
                                             map(int, checks))
                     if checks.get(str(first), {}).get("ok"):

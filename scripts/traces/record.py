@@ -18,8 +18,9 @@ started) before it is written as data/traces/<name>.csv.gz.
 Usage (on a machine with a CUDA GPU):
     PYTHONUNBUFFERED=1 python3 scripts/traces/record.py [--out data/traces] [--jobs 4] [names...]
     python3 scripts/traces/record.py --smoke [names...]   # CPU, tiny sizes, no recording
-Writes <out>/<name>.csv.gz and <out>/recording.json (the real-run figures; entries for
-workloads not run this time are kept). WORKLOAD_ENV below gives the few environment
+Writes <out>/<name>.csv.gz (<out>/heldout/<name>.csv.gz for the held-out workloads
+t5_seq2seq, gan_train, serve_varbatch) and <out>/recording.json (the real-run figures;
+entries for workloads not run this time are kept). WORKLOAD_ENV below gives the few environment
 variables a workload's process is started with.
 """
 
@@ -625,6 +626,198 @@ def wl_lstm_train(dev, smoke):
     return dict(batch=32, lengths=lengths, steps=steps, dtype="float32", optimizer="Adam")
 
 
+# ----------------------------------------------------------------------------------------
+# held-out workloads: recorded after vrampool's default policy constants were chosen on
+# the fifteen traces above, and written to <out>/heldout/ (see HELD_OUT below)
+# ----------------------------------------------------------------------------------------
+
+
+def wl_t5_seq2seq(dev, smoke):
+    """T5-base-shaped encoder-decoder (transformers T5ForConditionalGeneration from
+    T5Config: 12 encoder + 12 decoder layers, d_model 768, 12 heads, d_kv 64, d_ff 3072
+    (ReLU), vocab 32128, dropout 0.1, random weights), seq2seq training in fp32 (TF32 off,
+    PyTorch's default) with AdamW (foreach, lr 1e-4), 24 steps at batch 16. Each batch has
+    its own random source length (uniform in [32, 512]) and target length (uniform in
+    [8, 128]); within a batch each source has a random length >= half the batch's
+    (attention_mask, pad id 0) and each target a random length >= half (padding labels
+    are -100); the decoder inputs are the labels shifted right by the model."""
+    torch = _torch()
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    if smoke:
+        cfg = dict(vocab_size=1000, d_model=64, d_kv=16, d_ff=128, num_layers=2,
+                   num_decoder_layers=2, num_heads=4)
+        B, steps, src, tgt = 2, 3, (8, 32), (4, 16)
+    else:
+        cfg = dict(vocab_size=32128, d_model=768, d_kv=64, d_ff=3072, num_layers=12,
+                   num_decoder_layers=12, num_heads=12)
+        B, steps, src, tgt = 16, 24, (32, 512), (8, 128)
+    config = T5Config(dropout_rate=0.1, feed_forward_proj="relu", pad_token_id=0,
+                      eos_token_id=1, decoder_start_token_id=0, **cfg)
+    model = T5ForConditionalGeneration(config).to(dev).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    V = cfg["vocab_size"]
+    rng = random.Random(0)
+    g = torch.Generator().manual_seed(0)
+    lengths = []
+    for _ in range(steps):
+        S, T = rng.randint(*src), rng.randint(*tgt)
+        lengths.append((S, T))
+        slen = torch.randint(max(1, S // 2), S + 1, (B,), generator=g)
+        slen[0] = S
+        mask = (torch.arange(S)[None, :] < slen[:, None]).long()
+        ids = torch.randint(2, V, (B, S), generator=g) * mask  # padding: id 0
+        tlen = torch.randint(max(1, T // 2), T + 1, (B,), generator=g)
+        tlen[0] = T
+        labels = torch.randint(2, V, (B, T), generator=g)
+        labels = torch.where(torch.arange(T)[None, :] < tlen[:, None], labels,
+                             torch.full_like(labels, -100))
+        ids, mask, labels = ids.to(dev), mask.to(dev), labels.to(dev)
+        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    float(loss)
+    return dict(batch=B, steps=steps, lengths_src_tgt=lengths, config=cfg, dtype="float32",
+                optimizer="AdamW (foreach)", params=sum(p.numel() for p in model.parameters()))
+
+
+def wl_gan_train(dev, smoke):
+    """DCGAN at 64x64 (the pytorch/examples dcgan layout with ngf = ndf = 128, fp32):
+    generator z (100) -> ConvTranspose2d 4x4 stack 1024-512-256-128 -> 3 with BatchNorm +
+    ReLU and Tanh (12.7 M params); discriminator Conv2d 4x4 stack 3 -> 128-256-512-1024 -> 1
+    with LeakyReLU(0.2) + BatchNorm and Sigmoid (11.0 M params); N(0, 0.02) init. Two Adam
+    optimizers (lr 2e-4, betas 0.5 / 0.999), BCELoss. 300 iterations at batch 256, each:
+    D on a real batch (one of 8 CPU-side batches of uniform [-1, 1] images, copied to the
+    GPU), D on G(z).detach(), D step; then G through D again, G step. Every 50 iterations
+    (and after the last) G in eval mode draws 64 images from fixed noise under no_grad."""
+    torch = _torch()
+    nn = torch.nn
+
+    nz, ngf, ndf = 100, (8 if smoke else 128), (8 if smoke else 128)
+    B, iters, every, ndata = (4, 3, 2, 2) if smoke else (256, 300, 50, 8)
+    S = 64
+
+    G = nn.Sequential(
+        nn.ConvTranspose2d(nz, ngf * 8, 4, 1, 0, bias=False), nn.BatchNorm2d(ngf * 8), nn.ReLU(True),
+        nn.ConvTranspose2d(ngf * 8, ngf * 4, 4, 2, 1, bias=False), nn.BatchNorm2d(ngf * 4), nn.ReLU(True),
+        nn.ConvTranspose2d(ngf * 4, ngf * 2, 4, 2, 1, bias=False), nn.BatchNorm2d(ngf * 2), nn.ReLU(True),
+        nn.ConvTranspose2d(ngf * 2, ngf, 4, 2, 1, bias=False), nn.BatchNorm2d(ngf), nn.ReLU(True),
+        nn.ConvTranspose2d(ngf, 3, 4, 2, 1, bias=False), nn.Tanh(),
+    )
+    D = nn.Sequential(
+        nn.Conv2d(3, ndf, 4, 2, 1, bias=False), nn.LeakyReLU(0.2, inplace=True),
+        nn.Conv2d(ndf, ndf * 2, 4, 2, 1, bias=False), nn.BatchNorm2d(ndf * 2), nn.LeakyReLU(0.2, inplace=True),
+        nn.Conv2d(ndf * 2, ndf * 4, 4, 2, 1, bias=False), nn.BatchNorm2d(ndf * 4), nn.LeakyReLU(0.2, inplace=True),
+        nn.Conv2d(ndf * 4, ndf * 8, 4, 2, 1, bias=False), nn.BatchNorm2d(ndf * 8), nn.LeakyReLU(0.2, inplace=True),
+        nn.Conv2d(ndf * 8, 1, 4, 1, 0, bias=False), nn.Sigmoid(),
+    )
+
+    def init(m):
+        if isinstance(m, (nn.Conv2d, nn.ConvTranspose2d)):
+            nn.init.normal_(m.weight, 0.0, 0.02)
+        elif isinstance(m, nn.BatchNorm2d):
+            nn.init.normal_(m.weight, 1.0, 0.02)
+            nn.init.zeros_(m.bias)
+
+    G.apply(init)
+    D.apply(init)
+    G, D = G.to(dev).train(), D.to(dev).train()
+    optD = torch.optim.Adam(D.parameters(), lr=2e-4, betas=(0.5, 0.999))
+    optG = torch.optim.Adam(G.parameters(), lr=2e-4, betas=(0.5, 0.999))
+    crit = nn.BCELoss()
+    g = torch.Generator().manual_seed(0)
+    data = torch.rand(ndata, B, 3, S, S, generator=g) * 2 - 1  # CPU-side "dataset"
+    fixed = torch.randn(64, nz, 1, 1, generator=g).to(dev)
+    samples = 0
+    for it in range(iters):
+        real = data[it % ndata].to(dev)
+        # (1) D: maximise log D(x) + log(1 - D(G(z)))
+        D.zero_grad(set_to_none=True)
+        label = torch.full((B,), 1.0, device=dev)
+        errD_real = crit(D(real).view(-1), label)
+        errD_real.backward()
+        z = torch.randn(B, nz, 1, 1, device=dev)
+        fake = G(z)
+        label.fill_(0.0)
+        errD_fake = crit(D(fake.detach()).view(-1), label)
+        errD_fake.backward()
+        optD.step()
+        # (2) G: maximise log D(G(z))
+        G.zero_grad(set_to_none=True)
+        label.fill_(1.0)
+        errG = crit(D(fake).view(-1), label)
+        errG.backward()
+        optG.step()
+        if (it + 1) % every == 0 or it == iters - 1:
+            G.eval()
+            with torch.no_grad():
+                img = G(fixed)
+                float(img.mean())
+            G.train()
+            samples += 1
+            del img
+    float(errD_real + errD_fake)
+    float(errG)
+    return dict(batch=B, iterations=iters, image=S, nz=nz, ngf=ngf, ndf=ndf, sample_every=every,
+                sample_batches=samples, dtype="float32", optimizer="Adam x2 (lr 2e-4, betas 0.5/0.999)",
+                params_G=sum(p.numel() for p in G.parameters()),
+                params_D=sum(p.numel() for p in D.parameters()))
+
+
+def wl_serve_varbatch(dev, smoke):
+    """Inference server: torchvision ResNet-18 and ResNet-50 (weights=None) and GPT-2 small
+    (transformers GPT2LMHeadModel(GPT2Config()), 124 M params), all fp32 in eval mode,
+    loaded once and kept on the GPU, then 160 requests in a seeded random order under
+    torch.no_grad: 45 % ResNet-50 and 30 % ResNet-18 requests, each a batch of a random
+    size in [1, 64] at 3 x 224^2 copied from the CPU (top-5 of the logits back to the
+    CPU); 25 % GPT-2 requests, each 1..8 prompts of a common random length in [16, 512]
+    (all-ones attention_mask), greedy generate() of 1..6 new tokens (min_new_tokens =
+    max_new_tokens, use_cache, DynamicCache), tokens back to the CPU."""
+    torch = _torch()
+    import torchvision
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    if smoke:
+        gcfg = GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=1000, n_positions=128)
+        n_req, img, bmax, lmax, pmax = 8, 64, 2, 32, 2
+    else:
+        gcfg = GPT2Config()
+        n_req, img, bmax, lmax, pmax = 160, 224, 64, 512, 8
+    models = dict(
+        resnet50=torchvision.models.resnet50(weights=None).to(dev).eval(),
+        resnet18=torchvision.models.resnet18(weights=None).to(dev).eval(),
+        gpt2=GPT2LMHeadModel(gcfg).to(dev).eval(),
+    )
+    rng = random.Random(0)
+    g = torch.Generator().manual_seed(0)
+    log = []
+    with torch.no_grad():
+        for _ in range(n_req):
+            u = rng.random()
+            kind = "resnet50" if u < 0.45 else ("resnet18" if u < 0.75 else "gpt2")
+            m = models[kind]
+            if kind == "gpt2":
+                B, L, N = rng.randint(1, pmax), rng.randint(16, lmax), rng.randint(1, 6)
+                ids = torch.randint(0, gcfg.vocab_size, (B, L), generator=g).to(dev)
+                out = m.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
+                                 max_new_tokens=N, min_new_tokens=N, do_sample=False,
+                                 use_cache=True, pad_token_id=0)
+                assert out.shape == (B, L + N), out.shape
+                out[:, L:].cpu()
+                log.append((kind, B, L, N))
+                del ids, out
+            else:
+                B = rng.randint(1, bmax)
+                x = torch.randn(B, 3, img, img, generator=g).to(dev)
+                top = m(x).topk(5, dim=1).indices.cpu()
+                assert top.shape == (B, 5)
+                log.append((kind, B))
+                del x
+    return dict(requests=n_req, log=log, dtype="float32", grad="torch.no_grad",
+                params={k: sum(p.numel() for p in v.parameters()) for k, v in models.items()})
+
+
 # Extra environment for a workload's process. The two small loops run with small cuBLAS /
 # cuBLASLt workspaces (4 MiB each; PyTorch's default on an H200 is 32 MiB each, allocated
 # through the caching allocator at the first matmul and kept to the end), so that the
@@ -647,7 +840,22 @@ WORKLOADS = {
     "small_mlp": wl_small_mlp,
     "detection": wl_detection,
     "lstm_train": wl_lstm_train,
+    "t5_seq2seq": wl_t5_seq2seq,
+    "gan_train": wl_gan_train,
+    "serve_varbatch": wl_serve_varbatch,
 }
+
+# The held-out set: recorded after vrampool's default policy constants were chosen on the
+# other traces, and not used to choose them. Their files go to <out>/heldout/, which
+# tests/tests/figures.rs and the `data/traces/*.csv.gz` commands do not read; their
+# entries in <out>/recording.json have "held_out": true.
+HELD_OUT = ("t5_seq2seq", "gan_train", "serve_varbatch")
+
+
+def trace_path(out_dir, name):
+    if name in HELD_OUT:
+        return os.path.join(out_dir, "heldout", f"{name}.csv.gz")
+    return os.path.join(out_dir, f"{name}.csv.gz")
 
 # ----------------------------------------------------------------------------------------
 # conversion and validation
@@ -789,7 +997,8 @@ def run_one(name, out_dir, threads):
     del snap, trace
     if st["first_event_after_start_s"] < -0.5:
         raise RuntimeError(f"first event {st['first_event_after_start_s']:.3f} s before start")
-    path = os.path.join(out_dir, f"{name}.csv.gz")
+    path = trace_path(out_dir, name)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
     write_csv_gz(path, rows)
     n, peak = validate_file(path)
     assert n == st["allocations"] and peak == st["peak_live"]
@@ -801,8 +1010,10 @@ def run_one(name, out_dir, threads):
         max_memory_reserved=max_reserved, max_memory_allocated=max_allocated,
         num_device_alloc=stats.get("num_device_alloc"), num_alloc_retries=stats.get("num_alloc_retries"),
         real_run_ratio=max_reserved / st["peak_live"],
-        file=os.path.basename(path), file_bytes=os.path.getsize(path), **st,
+        file=os.path.relpath(path, out_dir), file_bytes=os.path.getsize(path), **st,
     )
+    if name in HELD_OUT:
+        res["held_out"] = True
     return res
 
 
