@@ -4,6 +4,10 @@
 //! allocated / reserved / cached against the budget, per-pool figures and
 //! counters, a segment map and an event log; with buttons to allocate, free,
 //! `empty_cache`, set limits, replay traces, train an MLP and induce OOM.
+//! Across the top, a trace replayed side by side through vrampool and the
+//! PyTorch preset (both reserved lines on one chart, the harness's
+//! `--compare` figures, what holds memory at the peak, a scrubber back
+//! through the replay); the snapshot and the page's own recording download.
 //!
 //! `model` is the page's state, natively testable; `app` is the view, one
 //! component per panel. Build and serve it with `cargo xtask serve` (see the

@@ -101,9 +101,14 @@ pub fn DeviceControls() -> impl IntoView {
         };
         page.error.set(None);
         page.training.update(TrainView::stop);
+        let recording = page.with_model(|m| m.hand_over_recording());
         spawn_local(async move {
-            let m = open_model().await;
-            // The old pool, its blocks and its lost device go with the old model.
+            let mut m = open_model().await;
+            // The recording goes on; the old pool, its blocks and its lost
+            // device go with the old model.
+            if let Some(r) = recording {
+                m.continue_recording(r);
+            }
             page.model.set_value(Some(m));
             drop(claim);
         });

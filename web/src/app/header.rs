@@ -1,5 +1,6 @@
 //! The header: which device the pool runs on (`#backend`), and the notice
-//! that says why, where the browser has no WebGPU.
+//! that says why, where the browser has no WebGPU, and how to turn it on in
+//! Chrome, Edge and Firefox.
 
 use leptos::prelude::*;
 
@@ -24,10 +25,18 @@ pub fn Header() -> impl IntoView {
             </span>
         </header>
         <Show when=move || kind() == "simulated">
-            <p class="notice" id="no-webgpu">
-                "No WebGPU device here, so the page runs the same pool on a simulated device: every figure is real, no shader runs. "
-                {move || device.with(|d| format!("Why: {}.", d.note))}
-            </p>
+            <div class="notice" id="no-webgpu">
+                <p>
+                    "No WebGPU device here, so the page runs the same pool on a simulated device: every figure is real, no shader runs. "
+                    {move || device.with(|d| format!("Why: {}.", d.note))}
+                </p>
+                <p>"To turn WebGPU on, then reload:"</p>
+                <ul id="webgpu-help">
+                    <li><b>"Chrome"</b>" 113 or later has it on Windows, macOS, ChromeOS and Android. On Linux, open "<code>"chrome://flags/#enable-unsafe-webgpu"</code>", set it to Enabled (and "<code>"chrome://flags/#enable-vulkan"</code>" too), and relaunch. If it is still off, "<code>"chrome://gpu"</code>" says why: hardware acceleration must be on in Settings › System."</li>
+                    <li><b>"Edge"</b>" 113 or later: the same as Chrome, at "<code>"edge://flags/#enable-unsafe-webgpu"</code>" and "<code>"edge://gpu"</code>"."</li>
+                    <li><b>"Firefox"</b>" 141 or later has it on Windows. On macOS and Linux, open "<code>"about:config"</code>", set "<code>"dom.webgpu.enabled"</code>" to true and restart (Firefox Nightly has it on already); "<code>"about:support"</code>" shows whether it took."</li>
+                </ul>
+            </div>
         </Show>
     }
 }

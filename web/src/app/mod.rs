@@ -1,14 +1,19 @@
 //! The page: opens the device, shares the model with the panels through
-//! Leptos context, lays the panels out (controls on the left, live figures
-//! on the right) and runs the tick. Each panel is a component of its own
-//! file; replays and training run in tasks of their own.
+//! Leptos context, lays the panels out (the side-by-side view across the
+//! top, then controls on the left and the pool's live figures on the
+//! right) and runs the tick. Each panel is a component of its own file;
+//! replays, the side-by-side replay and training run in tasks of their own.
 
 mod allocate;
+mod chart;
+mod compare;
 mod device;
+mod exports;
 mod figures;
 mod header;
 mod log;
 mod page;
+mod peak;
 mod pools;
 mod replay;
 mod segments;
@@ -22,7 +27,9 @@ use leptos::prelude::*;
 use leptos::task::spawn_local;
 
 use allocate::{AllocForm, AllocatePanel};
+use compare::{ComparePanel, CompareView, MAPS_SHOWN};
 use device::{DeviceControls, DeviceLost, DeviceView, open_model};
+use exports::ExportPanel;
 use figures::Figures;
 use header::Header;
 use log::{EventLog, newest_lines};
@@ -58,6 +65,7 @@ pub fn App() -> impl IntoView {
 
     view! {
         <Header />
+        <ComparePanel />
         <main>
             <section class="controls">
                 <AllocatePanel />
@@ -66,6 +74,7 @@ pub fn App() -> impl IntoView {
                 <p class="error" id="error">{move || page.error.get()}</p>
                 <DeviceLost />
                 <ReplayPanel />
+                <ExportPanel />
                 <TrainingPanel />
                 <EventLog />
             </section>
@@ -79,10 +88,11 @@ pub fn App() -> impl IntoView {
     }
 }
 
-/// The page's clock, every 50 ms: samples the model and writes the figures
-/// and the timeline (20 Hz), and on every fourth tick the segment map and the
-/// event log (5 Hz). It does no work of its own: allocations, replays and
-/// training run in their own tasks.
+/// The page's clock, every 50 ms: samples the model and writes the figures,
+/// the timeline and the side-by-side figures and chart (20 Hz); on every
+/// fourth tick the segment maps and the event log, and gathers the pool's
+/// recording (5 Hz). It does no work of its own: allocations,
+/// replays and training run in their own tasks.
 fn tick(page: Page, n: u64) {
     let t = now_s();
     page.with_model(|m| {
@@ -94,6 +104,15 @@ fn tick(page: Page, n: u64) {
         if n.is_multiple_of(4) {
             set_if_changed(page.segments, SegmentsView::of(m));
             set_if_changed(page.log, newest_lines(m));
+            m.collect_recording();
+            set_if_changed(page.recorded, m.recorded_events());
+        }
+    });
+    let follow = page.scrub.get_untracked().is_none() && n.is_multiple_of(4);
+    page.with_compare(|c| {
+        set_if_changed(page.compare_view, CompareView::of(c));
+        if follow {
+            set_if_changed(page.moment, c.moment(None, MAPS_SHOWN));
         }
     });
 }

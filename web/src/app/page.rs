@@ -1,19 +1,21 @@
-//! What the panels share through Leptos context: the model, the signals the
-//! tick and the tasks write, and the claim on the GPU that keeps a replay, a
-//! training step and the buttons' allocations from interleaving; with the
-//! page's clock and a sleep for those tasks.
+//! What the panels share through Leptos context: the model, the
+//! side-by-side replay, the last uploaded trace, the signals the tick and
+//! the tasks write, and the claim on the GPU that keeps a replay, a training
+//! step and the buttons' allocations from interleaving; with the page's
+//! clock and a sleep for those tasks.
 
 use std::collections::VecDeque;
 use std::time::Duration;
 
 use leptos::prelude::*;
-use vrampool::Stats;
+use vrampool::{Stats, Trace};
 
+use super::compare::CompareView;
 use super::device::DeviceView;
 use super::replay::ReplayView;
 use super::segments::SegmentsView;
 use super::training::TrainView;
-use crate::model::{Model, ModelCell, Point};
+use crate::model::{Compare, Model, ModelCell, Moment, PeakStack, Point};
 
 /// Said when a button that needs the GPU is pressed while a replay or a
 /// training step is awaiting it.
@@ -46,6 +48,21 @@ pub struct Page {
     pub segments: RwSignal<SegmentsView>,
     /// The event log, newest first (the tick, 5 Hz).
     pub log: RwSignal<Vec<String>>,
+    /// The side-by-side replay of both policies (its own task advances it).
+    compare: StoredValue<Option<Compare>, LocalStorage>,
+    /// Its figures and chart (the tick, 20 Hz).
+    pub compare_view: RwSignal<CompareView>,
+    /// What holds memory at its trace's peak (set when it starts).
+    pub peak: RwSignal<Option<PeakStack>>,
+    /// The event the scrubber is at; `None` follows the replay.
+    pub scrub: RwSignal<Option<usize>>,
+    /// Both policies at that event (the tick at 5 Hz while following, the
+    /// scrubber as it moves).
+    pub moment: RwSignal<Moment>,
+    /// The last trace the person uploaded (to compare it too).
+    pub uploaded: RwSignal<Option<Trace>>,
+    /// Events in the page's own recording, as of the last look.
+    pub recorded: RwSignal<u64>,
 }
 
 impl Page {
@@ -62,7 +79,35 @@ impl Page {
             training: RwSignal::new(TrainView::default()),
             segments: RwSignal::new(SegmentsView::default()),
             log: RwSignal::new(Vec::new()),
+            compare: StoredValue::new_local(None),
+            compare_view: RwSignal::new(CompareView::default()),
+            peak: RwSignal::new(None),
+            scrub: RwSignal::new(None),
+            moment: RwSignal::new(Moment::default()),
+            uploaded: RwSignal::new(None),
+            recorded: RwSignal::new(0),
         }
+    }
+
+    /// Runs `f` on the side-by-side replay; `None` when there is none.
+    pub fn with_compare<R>(self, f: impl FnOnce(&mut Compare) -> R) -> Option<R> {
+        // One non-generic call, as for the model.
+        let (mut f, mut out) = (Some(f), None);
+        self.update_compare(&mut |c| out = f.take().map(|f| f(c)));
+        out
+    }
+
+    /// Replaces the side-by-side replay (its old task stops at its next step).
+    pub fn set_compare(self, c: Option<Compare>) {
+        self.compare.set_value(c);
+    }
+
+    fn update_compare(self, f: &mut dyn FnMut(&mut Compare)) {
+        self.compare.update_value(|c| {
+            if let Some(c) = c {
+                f(c);
+            }
+        });
     }
 
     /// Adds a line to the event log.

@@ -1,6 +1,8 @@
-//! The replay panel: a bundled trace or the person's own RMM CSV, replayed
-//! at a chosen speed by its own task through core's replay driver, and the
-//! figures it ends with (checked by the end-to-end test against the harness).
+//! The replay panel: a bundled trace or the person's own RMM CSV (kept to be
+//! compared side by side too), replayed on the page's pool at a chosen
+//! speed by its own task through core's replay driver, and the figures it
+//! ends with, beside PyTorch's scheme on the same trace (checked by the
+//! end-to-end test against the harness).
 
 use leptos::prelude::*;
 use leptos::task::spawn_local;
@@ -34,15 +36,28 @@ impl ReplayView {
     fn status(&self) -> String {
         match (self.progress, self.result) {
             (Some((i, n)), _) => format!("replaying: {i} / {n} events"),
-            (None, Some(r)) => format!(
-                "done: {} events, peak reserved {} = {:.3} × peak live, {} device allocations, {} cache hits, {} OOMs",
-                r.ops,
-                fmt_bytes(r.peak_reserved),
-                r.peak_reserved as f64 / r.peak_live as f64,
-                r.device_allocs,
-                r.cache_hits,
-                r.ooms
-            ),
+            (None, Some(r)) => {
+                let mut line = format!(
+                    "done: {} events. vrampool (this pool): peak reserved {} = {:.3} × peak live, {} device allocations, {} cache hits, {} OOMs",
+                    r.ops,
+                    fmt_bytes(r.peak_reserved),
+                    r.peak_reserved as f64 / r.peak_live as f64,
+                    r.device_allocs,
+                    r.cache_hits,
+                    r.ooms
+                );
+                if let Some(t) = r.twin {
+                    line.push_str(&format!(
+                        ". PyTorch's scheme on the same trace (simulated): peak reserved {} = {:.3} ×, {} device allocations, {} cache hits, {} OOMs",
+                        fmt_bytes(t.peak_reserved),
+                        t.peak_reserved as f64 / r.peak_live as f64,
+                        t.device_allocs,
+                        t.cache_hits,
+                        t.ooms
+                    ));
+                }
+                line
+            }
             _ => String::new(),
         }
     }
@@ -69,7 +84,7 @@ async fn run_replay(page: Page, id: u64) {
 }
 
 /// Fetches a file served beside the page.
-async fn fetch_bytes(url: &str) -> Result<Vec<u8>, String> {
+pub async fn fetch_bytes(url: &str) -> Result<Vec<u8>, String> {
     use wasm_bindgen::JsCast;
     let window = web_sys::window().ok_or("no window")?;
     let resp = wasm_bindgen_futures::JsFuture::from(window.fetch_with_str(url))
@@ -141,7 +156,10 @@ pub fn ReplayPanel() -> impl IntoView {
                 }
             };
             match Trace::from_bytes(&name, &bytes) {
-                Ok(t) => start(t),
+                Ok(t) => {
+                    page.uploaded.set(Some(t.clone()));
+                    start(t);
+                }
                 Err(e) => {
                     page.say(format!("trace refused: {e}"));
                     trace_error.set(Some(e.to_string()));
@@ -153,12 +171,13 @@ pub fn ReplayPanel() -> impl IntoView {
 
     let replay = page.replay;
     // One `data-*` attribute of `#replay-result`: a figure of the last result.
-    let figure = move |get: fn(&ReplayResult) -> u64| {
+    let figure = move |get: fn(&ReplayResult) -> Option<u64>| {
         move || {
             replay.with(|r| {
                 r.result
                     .as_ref()
-                    .map(|r| get(r).to_string())
+                    .and_then(get)
+                    .map(|v| v.to_string())
                     .unwrap_or_default()
             })
         }
@@ -181,12 +200,15 @@ pub fn ReplayPanel() -> impl IntoView {
         <div
             id="replay-result"
             data-done=move || replay.with(|r| (r.progress.is_none() && r.result.is_some()).to_string())
-            data-ops=figure(|r| r.ops)
-            data-peak-reserved=figure(|r| r.peak_reserved)
-            data-device-allocs=figure(|r| r.device_allocs)
-            data-cache-hits=figure(|r| r.cache_hits)
-            data-ooms=figure(|r| r.ooms)
-            data-millis=figure(|r| r.millis)
+            data-ops=figure(|r| Some(r.ops))
+            data-peak-reserved=figure(|r| Some(r.peak_reserved))
+            data-device-allocs=figure(|r| Some(r.device_allocs))
+            data-cache-hits=figure(|r| Some(r.cache_hits))
+            data-ooms=figure(|r| Some(r.ooms))
+            data-millis=figure(|r| Some(r.millis))
+            data-twin-peak-reserved=figure(|r| r.twin.map(|t| t.peak_reserved))
+            data-twin-device-allocs=figure(|r| r.twin.map(|t| t.device_allocs))
+            data-twin-cache-hits=figure(|r| r.twin.map(|t| t.cache_hits))
         ></div>
     }
 }

@@ -1,14 +1,18 @@
 //! The segment map: each segment a bar, its blocks coloured live / cached /
-//! free / pending, label and size on hover.
+//! free / pending (with a legend), and on hover a block's label, size,
+//! offset and, where the page knows it, its age. The bars are drawn by
+//! [`segment_bars`], which the side-by-side view uses too.
 
 use leptos::prelude::*;
 use vrampool::fmt_bytes;
 
+use super::chart::swatch;
 use super::page::Page;
-use crate::model::{Model, SegmentView, segment_views};
+use crate::model::axes::grouped;
+use crate::model::{BlockKind, BlockView, Model, SegmentView, segment_views};
 
 /// Bars drawn; the rest are counted.
-const SHOWN: usize = 48;
+pub const SHOWN: usize = 48;
 
 /// The map's content (written by the tick, 5 Hz).
 #[derive(Clone, Default, PartialEq)]
@@ -27,43 +31,73 @@ impl SegmentsView {
     }
 }
 
-/// One bar per segment.
+/// One bar per segment, under its legend.
 #[component]
 pub fn SegmentMap() -> impl IntoView {
     let segments = expect_context::<Page>().segments;
     view! {
         <h2>"Segments"</h2>
-        <div id="segments">
-            {move || segments.with(|s| {
-                let bars = s.bars.iter().map(bar).collect_view();
-                let more = (s.hidden > 0).then(|| view! { <p>{format!("and {} smaller segments", s.hidden)}</p> });
-                (bars, more)
-            })}
+        <SegmentLegend />
+        <div id="segments" class="segmap">
+            {move || segments.with(|s| segment_bars(&s.bars, s.hidden, ""))}
         </div>
     }
 }
 
-fn bar(s: &SegmentView) -> impl IntoView + use<> {
+/// What the colours of a segment map mean.
+#[component]
+pub fn SegmentLegend() -> impl IntoView {
+    view! {
+        <div class="legend">
+            {BlockKind::ALL.map(|k| swatch(k.class(), k.meaning().into())).collect_view()}
+        </div>
+    }
+}
+
+/// The bars of `bars`, and a line for the `hidden` smaller segments; ages
+/// are in `age_unit` (none shown when empty).
+pub fn segment_bars(
+    bars: &[SegmentView],
+    hidden: usize,
+    age_unit: &'static str,
+) -> impl IntoView + use<> {
+    let bars = bars.iter().map(|s| bar(s, age_unit)).collect_view();
+    let more = (hidden > 0).then(|| view! { <p>{format!("and {hidden} smaller segments")}</p> });
+    (bars, more)
+}
+
+/// What hovering a block says.
+fn block_tip(b: &BlockView, age_unit: &str) -> String {
+    let mut tip = format!(
+        "{}: {} at offset {}",
+        b.kind.class(),
+        fmt_bytes(b.size),
+        grouped(b.offset)
+    );
+    if b.requested > 0 && b.requested != b.size {
+        tip.push_str(&format!(" ({} asked for)", fmt_bytes(b.requested)));
+    }
+    if let Some(l) = &b.label {
+        tip.push_str(&format!(" — {l}"));
+    }
+    if let (Some(age), false) = (b.age, age_unit.is_empty()) {
+        tip.push_str(&format!("; live for {} {age_unit}", grouped(age)));
+    }
+    tip
+}
+
+fn bar(s: &SegmentView, age_unit: &'static str) -> impl IntoView + use<> {
     let size = s.size.max(1) as f64;
     let blocks = s
         .blocks
         .iter()
-        .map(|(off, len, kind, label)| {
-            let class = kind.class();
-            let tip = format!(
-                "{class} {} at +{off}{}",
-                fmt_bytes(*len),
-                label
-                    .as_ref()
-                    .map(|l| format!(" — {l}"))
-                    .unwrap_or_default()
-            );
+        .map(|b| {
             let style = format!(
                 "left:{:.3}%;width:{:.3}%",
-                *off as f64 / size * 100.0,
-                *len as f64 / size * 100.0
+                b.offset as f64 / size * 100.0,
+                b.size as f64 / size * 100.0
             );
-            view! { <div class=format!("block {class}") title=tip style=style></div> }
+            view! { <div class=format!("block {}", b.kind.class()) title=block_tip(b, age_unit) style=style></div> }
         })
         .collect_view();
     view! {

@@ -1,18 +1,21 @@
 //! The timeline: allocated / reserved / cached against the budget over the
-//! last minute, the peak marked. Its geometry (scale, polylines, budget line,
-//! peak) is computed once per sample, as a memo.
+//! last minute, on a time axis in seconds and a byte axis, the peak marked,
+//! a legend, and a readout of the moment under the pointer. Its geometry
+//! (scale, ticks, polylines, budget line, peak) is computed once per
+//! sample, as a memo.
 
 use std::collections::VecDeque;
 
 use leptos::prelude::*;
 use vrampool::fmt_bytes;
 
+use super::chart::{Frame, axes, pointer_fraction, swatch};
 use super::page::Page;
 use crate::model::Point;
+use crate::model::axes::{Tick, byte_ticks, second_ticks};
 
 /// The chart's viewBox.
-const W: f64 = 640.0;
-const H: f64 = 200.0;
+const FRAME: Frame = Frame::new(800.0, 230.0);
 
 /// Where a moment and a value fall on the chart.
 #[derive(Clone, Copy, PartialEq)]
@@ -42,11 +45,11 @@ impl Scale {
     }
 
     fn x(self, t: f64) -> f64 {
-        (t - self.t0) / (self.t1 - self.t0) * W
+        FRAME.x((t - self.t0) / (self.t1 - self.t0))
     }
 
     fn y(self, v: u64) -> f64 {
-        H - v as f64 / self.top * H
+        FRAME.y(v as f64 / self.top)
     }
 
     /// The `points` attribute of a polyline through `get` of each point.
@@ -70,6 +73,8 @@ struct Geometry {
     budget: Option<f64>,
     /// Where the highest reserved point is, and its value.
     peak: Option<(f64, f64, u64)>,
+    y_ticks: Vec<Tick>,
+    x_ticks: Vec<Tick>,
 }
 
 impl Geometry {
@@ -85,36 +90,74 @@ impl Geometry {
                 .iter()
                 .max_by_key(|p| p.reserved)
                 .map(|p| (s.x(p.t), s.y(p.reserved), p.reserved)),
+            y_ticks: byte_ticks(s.top, 5),
+            x_ticks: second_ticks(s.t0, s.t1, 8),
         }
     }
 }
 
-/// The chart and its legend.
+/// The readout of the point nearest `frac` of the way along the chart.
+fn readout(points: &VecDeque<Point>, s: Scale, frac: f64) -> Option<(f64, String)> {
+    let t = s.t0 + frac * (s.t1 - s.t0);
+    let p = points
+        .iter()
+        .min_by(|a, b| (a.t - t).abs().total_cmp(&(b.t - t).abs()))?;
+    let text = format!(
+        "at {:.1} s: allocated {}, reserved {}, cached {}{}",
+        p.t,
+        fmt_bytes(p.allocated),
+        fmt_bytes(p.reserved),
+        fmt_bytes(p.cached),
+        p.budget
+            .map(|b| format!(", budget {}", fmt_bytes(b)))
+            .unwrap_or_default()
+    );
+    Some((s.x(p.t), text))
+}
+
+/// The chart, its legend and the hover readout.
 #[component]
 pub fn Timeline() -> impl IntoView {
     let points = expect_context::<Page>().points;
     // Computed once per sample, however many parts of the chart read it.
     let geometry = Memo::new(move |_| points.with(Geometry::of));
+    let hover = RwSignal::new(None::<f64>);
+    let shown = Memo::new(move |_| {
+        let frac = hover.get()?;
+        let s = geometry.with(|g| g.scale);
+        points.with(|p| readout(p, s, frac))
+    });
     let line = move |get: fn(&Geometry) -> &String| move || geometry.with(|g| get(g).clone());
     view! {
         <div class="chart">
-            <svg id="timeline" viewBox=format!("0 0 {W} {H}") preserveAspectRatio="none"
-                 data-points=move || points.with(VecDeque::len).to_string()>
+            <svg id="timeline" class="plot" viewBox=FRAME.view_box()
+                 data-points=move || points.with(VecDeque::len).to_string()
+                 on:mousemove=move |ev| hover.set(pointer_fraction(&ev, FRAME))
+                 on:mouseleave=move |_| hover.set(None)>
+                {move || geometry.with(|g| {
+                    let s = g.scale;
+                    axes(FRAME, g.y_ticks.clone(), s.top, g.x_ticks.clone(), &move |t| s.x(t),
+                         "time since the page opened".into(), "bytes")
+                })}
                 <polyline id="line-reserved" class="reserved" points=line(|g| &g.reserved) />
                 <polyline id="line-allocated" class="allocated" points=line(|g| &g.allocated) />
                 <polyline id="line-cached" class="cached" points=line(|g| &g.cached) />
-                {move || geometry.with(|g| g.budget).map(|y| view! { <line class="budget" x1="0" x2=W y1=y y2=y /> })}
+                {move || geometry.with(|g| g.budget).map(|y| view! { <line class="budget" x1=FRAME.left x2=FRAME.w - FRAME.right y1=y y2=y /> })}
                 {move || geometry.with(|g| g.peak).map(|(x, y, v)| view! {
                     <circle class="peak" cx=x cy=y r="4"><title>{format!("peak reserved {}", fmt_bytes(v))}</title></circle>
                 })}
+                {move || shown.get().map(|(x, _)| view! { <line class="cursor" x1=x x2=x y1=FRAME.top y2=FRAME.base() /> })}
             </svg>
             <div class="legend">
-                <span class="reserved">"reserved"</span>
-                <span class="allocated">"allocated"</span>
-                <span class="cached">"cached"</span>
-                <span class="budget">"budget"</span>
-                <span class="scale">{move || geometry.with(|g| format!("top {}", fmt_bytes(g.scale.top as u64)))}</span>
+                {swatch("reserved", "reserved (held from the device)".into())}
+                {swatch("allocated", "allocated (handed out)".into())}
+                {swatch("cached", "cached (free, kept for reuse)".into())}
+                {swatch("budget", "budget".into())}
+                {swatch("peak", "peak reserved".into())}
             </div>
+            <p class="readout" id="timeline-readout">
+                {move || shown.get().map_or_else(|| "point at the chart for the figures at that moment".to_string(), |(_, t)| t)}
+            </p>
         </div>
     }
 }

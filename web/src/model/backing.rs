@@ -73,6 +73,12 @@ pub trait Backing {
     /// A new, empty backing of the same kind (on the same device) with `config`.
     fn renew(&self, config: Config) -> Result<Rc<dyn Backing>, Error>;
 
+    /// Starts recording every allocate and free as RMM CSV.
+    fn start_recording(&self);
+
+    /// Stops recording and returns the log (header first), if recording.
+    fn take_recording(&self) -> Option<String>;
+
     /// Why the device was lost, once it was.
     fn device_lost(&self) -> Option<String> {
         None
@@ -132,6 +138,12 @@ impl Backing for Pool {
         };
         let pool = Pool::new(self.device().clone(), self.queue().clone(), options)?;
         Ok(Rc::new(pool))
+    }
+    fn start_recording(&self) {
+        Pool::start_recording(self);
+    }
+    fn take_recording(&self) -> Option<String> {
+        Pool::take_recording(self)
     }
     fn device_lost(&self) -> Option<String> {
         Pool::device_lost(self).map(str::to_owned)
@@ -209,6 +221,12 @@ impl Backing for Simulated {
     }
     fn renew(&self, config: Config) -> Result<Rc<dyn Backing>, Error> {
         Ok(Rc::new(Simulated::new(self.capacity, config)?))
+    }
+    fn start_recording(&self) {
+        self.engine.borrow_mut().start_recording();
+    }
+    fn take_recording(&self) -> Option<String> {
+        self.engine.borrow_mut().take_recording()
     }
 }
 

@@ -1,9 +1,17 @@
 //! The page's state, natively testable: the [`Backing`] that hands out
 //! blocks (the browser's WebGPU pool or the engine on a simulated device),
-//! the blocks held with the buttons, a replay in progress, the timeline and
-//! the event log. The view (`app/`) reads it; nothing here knows of Leptos.
+//! the blocks held with the buttons, a replay in progress, the timeline, the
+//! event log and the page's own recording; beside it, the side-by-side
+//! replay of both policies ([`Compare`]) and the views the panels draw
+//! (axes, the stacked view at the peak, the segment map). The view (`app/`)
+//! reads it; nothing here knows of Leptos.
 
+pub mod axes;
 mod backing;
+mod compare;
+mod lockstep;
+mod peak;
+mod recording;
 mod replay;
 mod segments;
 
@@ -19,8 +27,14 @@ pub use backing::{
     AllocFuture, Backing, Block, SIM_CAPACITY, Simulated, Usage, WEBGPU_MAX_BUFFER,
     allocate_and_free_half, simulated_pool,
 };
-pub use replay::{Replay, ReplayResult, SAMPLES, advance_replay};
-pub use segments::{BlockKind, SegmentView, segment_views};
+pub use compare::{
+    Compare, MAX_SERIES, Moment, Series, SeriesPoint, smallest_budget_of, smallest_budgets,
+};
+pub use lockstep::{LaneFigures, Lockstep, POLICIES, Policy, SimDevice, TENSOR_USAGE};
+pub use peak::{BANDS, Band, BandKind, COLUMNS, PeakStack, SIZE_CLASSES, size_class};
+pub use recording::{MAX_RECORDED, Recording};
+pub use replay::{Replay, ReplayResult, SAMPLES, TwinResult, advance_replay};
+pub use segments::{BlockKind, BlockView, SegmentView, segment_views, segment_views_aged};
 
 /// Timeline points kept (60 s at 20 Hz).
 pub const MAX_POINTS: usize = 1200;
@@ -64,6 +78,8 @@ pub struct Model {
     pub note: String,
     /// Why the WebGPU device was lost, once it was.
     pub lost: Option<String>,
+    /// Every allocate and free of the page's pools, as RMM CSV.
+    recording: Recording,
     /// Counters at the last sample, to log what the device did in between.
     last_counters: Counters,
     /// Seed for "free random".
@@ -87,8 +103,9 @@ impl ModelCell for RefCell<Model> {
 }
 
 impl Model {
-    /// A model over `backing`.
+    /// A model over `backing`, recording what it does.
     pub fn new(backing: Rc<dyn Backing>, backend: String, max_buffer: u64) -> Model {
+        backing.start_recording();
         Model {
             backing,
             backend,
@@ -100,6 +117,7 @@ impl Model {
             replay_result: None,
             note: String::new(),
             lost: None,
+            recording: Recording::new(),
             last_counters: Counters::default(),
             rng: 0x9e37_79b9_7f4a_7c15,
         }
@@ -268,8 +286,61 @@ impl Model {
             default_usage: READ_WRITE_USAGE.bits(),
             ..Config::default()
         };
-        self.backing = self.backing.renew(config)?;
+        let backing = self.backing.renew(config)?;
+        self.collect_recording();
+        self.backing = backing;
+        self.recording.next_pool();
+        if !self.recording.is_full() {
+            self.backing.start_recording();
+        }
         Ok(())
+    }
+
+    /// Moves what the pool recorded since the last call into the page's
+    /// recording (and goes on recording, unless it is full).
+    pub fn collect_recording(&mut self) {
+        let Some(log) = self.backing.take_recording() else {
+            return;
+        };
+        if self.recording.add(&log) {
+            self.backing.start_recording();
+        } else {
+            self.say(format!(
+                "recording stopped at {} events (the most the page keeps)",
+                self.recording.events()
+            ));
+        }
+    }
+
+    /// The page's recording so far, as RMM CSV, and its events.
+    pub fn recording_csv(&mut self) -> (&str, u64) {
+        self.collect_recording();
+        (self.recording.csv(), self.recording.events())
+    }
+
+    /// Events recorded so far (as of the last collection).
+    pub fn recorded_events(&self) -> u64 {
+        self.recording.events()
+    }
+
+    /// Hands the recording over to the model that replaces this one (a new
+    /// device); see [`Model::continue_recording`].
+    pub fn hand_over_recording(&mut self) -> Recording {
+        self.collect_recording();
+        let _ = self.backing.take_recording();
+        std::mem::take(&mut self.recording)
+    }
+
+    /// Goes on with `earlier`, the recording of the model this one replaces,
+    /// its own pool's events after it.
+    pub fn continue_recording(&mut self, mut earlier: Recording) {
+        earlier.next_pool();
+        if let Some(log) = self.backing.take_recording()
+            && earlier.add(&log)
+        {
+            self.backing.start_recording();
+        }
+        self.recording = earlier;
     }
 }
 
@@ -357,6 +428,56 @@ mod tests {
         assert_eq!(got.device_allocs, want.device_allocs);
         assert_eq!(got.cache_hits, want.cache_hits);
         assert_eq!(got.ooms, 0);
+        // The finished replay also says what PyTorch's scheme makes of it.
+        let mut e = SimDevice::PAGE.engine(Config::pytorch()).unwrap();
+        let pytorch = vrampool::replay(&mut e, &trace, TENSOR_USAGE);
+        let twin = got.twin.unwrap();
+        assert_eq!(twin.peak_reserved, pytorch.peak_reserved);
+        assert_eq!(twin.device_allocs, pytorch.device_allocs);
+        assert_eq!(twin.cache_hits, pytorch.cache_hits);
+        assert!(
+            m.log
+                .back()
+                .unwrap()
+                .contains("PyTorch's scheme on the same trace")
+        );
+    }
+
+    #[test]
+    fn the_recording_reads_back_with_every_event_of_every_pool() {
+        let model = RefCell::new(Model::simulated("test"));
+        let (held, _) = now(allocate_held(&model, 4, 1 << 20, Usage::Storage));
+        assert_eq!(held, 4);
+        model.borrow_mut().free_random();
+        // A replay starts a new pool; the blocks still held are freed first.
+        let trace = Trace::open(format!(
+            "{}/samples/{}.csv.gz",
+            env!("CARGO_MANIFEST_DIR"),
+            SAMPLES[0]
+        ))
+        .unwrap();
+        let id = model.borrow_mut().start_replay(trace.clone(), 1e9).unwrap();
+        while now(advance_replay(&model, id, 5000)) {}
+        let mut m = model.into_inner();
+        let h = alloc(&m, 4096, Usage::Uniform).unwrap();
+        m.hold(h);
+        let (csv, events) = m.recording_csv();
+        let (csv, events) = (csv.to_string(), events);
+        let back = Trace::parse("recording", csv.as_bytes()).unwrap();
+        assert_eq!(back.events.len() as u64, events);
+        // 4 allocations and their frees, the replay, and one more allocation.
+        assert_eq!(events, 8 + trace.events.len() as u64 + 1);
+        // A new device goes on with the same recording.
+        let mut next = Model::simulated("test");
+        next.continue_recording(m.hand_over_recording());
+        let h = alloc(&next, 4096, Usage::Uniform).unwrap();
+        drop(h);
+        let (csv, events2) = next.recording_csv();
+        assert_eq!(events2, events + 2);
+        assert_eq!(
+            Trace::parse("r", csv.as_bytes()).unwrap().events.len(),
+            events2 as usize
+        );
     }
 
     #[test]
@@ -452,11 +573,11 @@ mod tests {
         m.backing().free(a);
         let (views, hidden) = segment_views(&m.snapshot(), 10);
         assert_eq!(hidden, 0);
-        let kinds: Vec<BlockKind> = views[0].blocks.iter().map(|b| b.2).collect();
+        let kinds: Vec<BlockKind> = views[0].blocks.iter().map(|b| b.kind).collect();
         assert!(kinds.contains(&BlockKind::Live) && kinds.contains(&BlockKind::Cached));
         m.backing().free(b);
         let (views, _) = segment_views(&m.snapshot(), 10);
-        assert!(views[0].blocks.iter().all(|b| b.2 == BlockKind::Free));
+        assert!(views[0].blocks.iter().all(|b| b.kind == BlockKind::Free));
         assert!(m.empty_cache() > 0);
         assert!(m.snapshot().segments.is_empty());
     }

@@ -1,14 +1,16 @@
 //! A trace replayed on the page: core's one replay driver
 //! ([`Replayer`]) over the page's [`Backing`], paced to a speed in
-//! operations per second, ending with the figures the harness reports.
+//! operations per second, ending with the figures the harness reports, and
+//! beside them what PyTorch's scheme makes of the same trace (a simulated
+//! twin).
 
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use vrampool::trace::{Replayer, Step};
-use vrampool::{Counters, Error, Growth, Trace, fmt_bytes};
+use vrampool::{Config, Counters, Error, Growth, Trace, fmt_bytes, replay};
 
-use super::{Backing, Block, Model, ModelCell, Usage};
+use super::{Backing, Block, Model, ModelCell, SIM_CAPACITY, SimDevice, TENSOR_USAGE, Usage};
 
 /// The built-in sample traces: the shared PyTorch traces with every size ÷ 64,
 /// written by `cargo xtask samples` into `web/samples/` and served beside the
@@ -56,6 +58,41 @@ pub struct ReplayResult {
     pub ooms: u64,
     /// Wall-clock milliseconds from start to end.
     pub millis: u64,
+    /// The PyTorch preset on a simulated device with the same largest
+    /// buffer, over the same trace (only when every event was replayed).
+    pub twin: Option<TwinResult>,
+}
+
+/// What the PyTorch preset makes of a replayed trace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TwinResult {
+    /// Peak reserved bytes.
+    pub peak_reserved: u64,
+    /// Device buffers created.
+    pub device_allocs: u64,
+    /// Allocations served from the cache.
+    pub cache_hits: u64,
+    /// Allocations refused.
+    pub ooms: u64,
+}
+
+impl TwinResult {
+    /// `trace` replayed by `Config::pytorch()` on a simulated device of the
+    /// page's size whose largest buffer is `max_buffer`.
+    pub fn of(trace: &Trace, max_buffer: u64) -> Option<TwinResult> {
+        let device = SimDevice {
+            capacity: SIM_CAPACITY,
+            max_buffer,
+        };
+        let mut engine = device.engine(Config::pytorch()).ok()?;
+        let r = replay(&mut engine, trace, TENSOR_USAGE);
+        Some(TwinResult {
+            peak_reserved: r.peak_reserved,
+            device_allocs: r.device_allocs,
+            cache_hits: r.cache_hits,
+            ooms: r.ooms,
+        })
+    }
 }
 
 /// What [`Model::replay_step`] left to the caller.
@@ -121,18 +158,32 @@ impl Model {
             self.backing.free(block);
         }
         let s = self.stats();
+        let trace = r.replayer.trace();
         let res = ReplayResult {
             ops: r.replayer.position() as u64,
-            peak_live: r.replayer.trace().peak_live,
+            peak_live: trace.peak_live,
             peak_reserved: s.total.reserved_bytes.peak,
             device_allocs: s.counters.device_allocs - r.start.device_allocs,
             cache_hits: s.counters.cache_hits - r.start.cache_hits,
             ooms: r.replayer.counts().ooms,
             millis: r.wall.elapsed().as_millis() as u64,
+            twin: r
+                .replayer
+                .is_done()
+                .then(|| TwinResult::of(trace, self.max_buffer))
+                .flatten(),
         };
+        let twin = res.twin.map_or(String::new(), |t| {
+            format!(
+                "; PyTorch's scheme on the same trace: {} ({:.3} ×), {} device allocations",
+                fmt_bytes(t.peak_reserved),
+                t.peak_reserved as f64 / res.peak_live as f64,
+                t.device_allocs
+            )
+        });
         self.say(format!(
-            "replay {} done in {:.2} s: peak reserved {} ({:.3} × peak live), {} device allocations, {} OOMs",
-            r.replayer.trace().name,
+            "replay {} done in {:.2} s: peak reserved {} ({:.3} × peak live), {} device allocations, {} OOMs{twin}",
+            trace.name,
             res.millis as f64 / 1000.0,
             fmt_bytes(res.peak_reserved),
             res.peak_reserved as f64 / res.peak_live as f64,

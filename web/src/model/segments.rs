@@ -1,5 +1,6 @@
 //! The segment map's data: each segment of a snapshot as a bar of blocks,
-//! coloured by what the pool may do with them.
+//! coloured by what the pool may do with them, with what a hover tells of
+//! each block (label, size, offset, and its age where the page knows it).
 
 use vrampool::{Snapshot, SnapshotSegment, SnapshotState};
 
@@ -18,6 +19,14 @@ pub enum BlockKind {
 }
 
 impl BlockKind {
+    /// Every kind, in the legend's order.
+    pub const ALL: [BlockKind; 4] = [
+        BlockKind::Live,
+        BlockKind::Cached,
+        BlockKind::Free,
+        BlockKind::Pending,
+    ];
+
     /// The CSS class of its colour (`index.html`).
     pub fn class(self) -> &'static str {
         match self {
@@ -27,6 +36,33 @@ impl BlockKind {
             BlockKind::Pending => "pending",
         }
     }
+
+    /// What the legend says it is.
+    pub fn meaning(self) -> &'static str {
+        match self {
+            BlockKind::Live => "live: handed out",
+            BlockKind::Cached => "cached: free, in a segment still in use",
+            BlockKind::Free => "free: in an unused segment (empty_cache releases it)",
+            BlockKind::Pending => "pending: dropped, waiting for a submit",
+        }
+    }
+}
+
+/// One block of a bar.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BlockView {
+    /// Offset in its segment.
+    pub offset: u64,
+    /// Bytes.
+    pub size: u64,
+    /// Bytes asked for (0 unless live).
+    pub requested: u64,
+    /// Its colour.
+    pub kind: BlockKind,
+    /// The allocation's label.
+    pub label: Option<String>,
+    /// How long it has been live, where the page knows (in the view's unit).
+    pub age: Option<u64>,
 }
 
 /// One bar of the segment map.
@@ -38,21 +74,34 @@ pub struct SegmentView {
     pub pool: String,
     /// Bytes.
     pub size: u64,
-    /// (offset, size, kind, label) of each block.
-    pub blocks: Vec<(u64, u64, BlockKind, Option<String>)>,
+    /// Its blocks, in offset order.
+    pub blocks: Vec<BlockView>,
 }
 
 /// The segment map of a snapshot (largest segments first, at most `max`),
 /// and how many segments it leaves out.
 pub fn segment_views(s: &Snapshot, max: usize) -> (Vec<SegmentView>, usize) {
+    segment_views_aged(s, max, |_, _| None)
+}
+
+/// [`segment_views`], with the age `age(segment, offset)` gives each live block.
+pub fn segment_views_aged(
+    s: &Snapshot,
+    max: usize,
+    age: impl Fn(u32, u64) -> Option<u64>,
+) -> (Vec<SegmentView>, usize) {
     let mut segs: Vec<&SnapshotSegment> = s.segments.iter().collect();
     segs.sort_by(|a, b| b.size.cmp(&a.size).then(a.id.cmp(&b.id)));
     let hidden = segs.len().saturating_sub(max);
-    let views = segs.into_iter().take(max).map(segment_view).collect();
+    let views = segs
+        .into_iter()
+        .take(max)
+        .map(|seg| segment_view(seg, &age))
+        .collect();
     (views, hidden)
 }
 
-fn segment_view(seg: &SnapshotSegment) -> SegmentView {
+fn segment_view(seg: &SnapshotSegment, age: &impl Fn(u32, u64) -> Option<u64>) -> SegmentView {
     let any_live = seg.blocks.iter().any(|b| b.state == SnapshotState::Live);
     let blocks = seg
         .blocks
@@ -64,7 +113,16 @@ fn segment_view(seg: &SnapshotSegment) -> SegmentView {
                 (SnapshotState::Free, true) => BlockKind::Cached,
                 (SnapshotState::Free, false) => BlockKind::Free,
             };
-            (b.offset, b.size, kind, b.label.clone())
+            BlockView {
+                offset: b.offset,
+                size: b.size,
+                requested: b.requested,
+                kind,
+                label: b.label.clone(),
+                age: (kind == BlockKind::Live)
+                    .then(|| age(seg.id, b.offset))
+                    .flatten(),
+            }
         })
         .collect();
     SegmentView {

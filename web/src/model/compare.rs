@@ -1,0 +1,433 @@
+//! The side-by-side replay: a [`Lockstep`] of both policies paced to a speed,
+//! the chart's series (bounded: intervals merge as the replay grows), the
+//! figures the harness's `replay --compare` prints, the smallest budgets on
+//! request, and scrubbing: the state at any event, re-simulated exactly
+//! from a cursor that only moves forward unless asked for an earlier event.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use vrampool::trace::smallest_budget;
+use vrampool::{Config, Error, Limit, Trace, replay};
+
+use super::lockstep::{LaneFigures, Lockstep, POLICIES, Policy, SimDevice, TENSOR_USAGE};
+use super::peak::PeakStack;
+use super::segments::SegmentView;
+
+/// Points the chart keeps at most; past that, neighbours merge.
+pub const MAX_SERIES: usize = 512;
+
+/// One point of the chart: the highest values over an interval of events.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct SeriesPoint {
+    /// The interval's last event (events taken).
+    pub event: usize,
+    /// Highest live bytes the trace asked for in the interval.
+    pub live: u64,
+    /// Highest bytes each policy reserved in the interval.
+    pub reserved: [u64; 2],
+}
+
+impl SeriesPoint {
+    fn absorb(&mut self, p: SeriesPoint) {
+        self.event = self.event.max(p.event);
+        self.live = self.live.max(p.live);
+        self.reserved = [0, 1].map(|i| self.reserved[i].max(p.reserved[i]));
+    }
+}
+
+/// The chart's series: one point per `every` events, at most [`MAX_SERIES`]
+/// (when full, pairs merge and `every` doubles), so memory stays bounded
+/// however long the trace, and no peak is lost between points.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Series {
+    every: usize,
+    closed: Vec<SeriesPoint>,
+    open: Option<SeriesPoint>,
+}
+
+impl Default for Series {
+    fn default() -> Self {
+        Series {
+            every: 1,
+            closed: Vec::new(),
+            open: None,
+        }
+    }
+}
+
+impl Series {
+    /// Takes the figures after `p.event` events.
+    pub fn push(&mut self, p: SeriesPoint) {
+        self.open.get_or_insert(p).absorb(p);
+        if p.event.is_multiple_of(self.every) {
+            self.closed.extend(self.open.take());
+            if self.closed.len() >= MAX_SERIES {
+                self.closed = self
+                    .closed
+                    .chunks(2)
+                    .map(|pair| {
+                        let mut merged = pair[0];
+                        for &p in &pair[1..] {
+                            merged.absorb(p);
+                        }
+                        merged
+                    })
+                    .collect();
+                self.every *= 2;
+            }
+        }
+    }
+
+    /// The points so far, the interval still open included.
+    pub fn points(&self) -> Vec<SeriesPoint> {
+        self.closed
+            .iter()
+            .chain(self.open.iter())
+            .copied()
+            .collect()
+    }
+
+    /// Events per point.
+    pub fn every(&self) -> usize {
+        self.every
+    }
+}
+
+/// Both policies at one event: what the scrubber shows.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Moment {
+    /// Events taken.
+    pub position: usize,
+    /// Live bytes the trace asked for then.
+    pub live: u64,
+    /// Each policy's figures then (peaks and counts since the start).
+    pub figures: [LaneFigures; 2],
+    /// Each policy's segment map then (largest segments) and how many are left out.
+    pub maps: [(Vec<SegmentView>, usize); 2],
+}
+
+impl Moment {
+    fn of(l: &Lockstep, max_segments: usize) -> Moment {
+        Moment {
+            position: l.position(),
+            live: l.live_bytes(),
+            figures: l.figures(),
+            maps: [l.segments(0, max_segments), l.segments(1, max_segments)],
+        }
+    }
+}
+
+/// A side-by-side replay.
+pub struct Compare {
+    /// Tells this comparison from a later one (its task stops when it is gone).
+    id: u64,
+    device: SimDevice,
+    run: Lockstep,
+    /// Operations per second.
+    speed: f64,
+    /// When it started (the page's clock, seconds); `None` until first paced.
+    started: Option<f64>,
+    /// Wall clock at the first paced step, and milliseconds to the end.
+    wall: Option<web_time::Instant>,
+    millis: Option<u64>,
+    series: Series,
+    /// The figures at the end, as the harness reports them.
+    result: Option<[LaneFigures; 2]>,
+    /// The state after the last event (before the trace's leftovers are freed).
+    last: Option<Moment>,
+    /// The smallest budget (× peak live) of each policy and its device
+    /// allocations, once asked for (`None` inside: even 4 × fails).
+    pub budgets: [Option<Option<(f64, u64)>>; 2],
+    /// The scrubber's own replay, moved to whatever event it is asked for.
+    cursor: Option<Lockstep>,
+    /// What holds memory at the trace's peak.
+    peak: PeakStack,
+}
+
+impl Compare {
+    /// Starts replaying `trace` through both policies on `device` at `speed`
+    /// operations per second.
+    pub fn new(trace: Trace, device: SimDevice, speed: f64) -> Result<Compare, Error> {
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+        let peak = PeakStack::of(&trace);
+        Ok(Compare {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            device,
+            run: Lockstep::new(trace, device)?,
+            speed: speed.max(1.0),
+            started: None,
+            wall: None,
+            millis: None,
+            series: Series::default(),
+            result: None,
+            last: None,
+            budgets: [None, None],
+            cursor: None,
+            peak,
+        })
+    }
+
+    /// Its id.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The trace.
+    pub fn trace(&self) -> &Trace {
+        self.run.trace()
+    }
+
+    /// The device both policies run on.
+    pub fn device(&self) -> SimDevice {
+        self.device
+    }
+
+    /// Events taken, and events in the trace.
+    pub fn progress(&self) -> (usize, usize) {
+        (self.run.position(), self.trace().events.len())
+    }
+
+    /// The figures so far (final once [`Compare::result`] is there).
+    pub fn figures(&self) -> [LaneFigures; 2] {
+        self.result.unwrap_or_else(|| self.run.figures())
+    }
+
+    /// The figures at the end, once every event was taken.
+    pub fn result(&self) -> Option<[LaneFigures; 2]> {
+        self.result
+    }
+
+    /// The chart's series.
+    pub fn series(&self) -> &Series {
+        &self.series
+    }
+
+    /// What holds memory at the trace's peak.
+    pub fn peak(&self) -> &PeakStack {
+        &self.peak
+    }
+
+    /// How many events are due at time `t` to keep to the speed (at least
+    /// one, at most `cap`); `None` once the replay is over.
+    pub fn due(&mut self, t: f64, cap: usize) -> Option<usize> {
+        if self.result.is_some() {
+            return None;
+        }
+        let start = *self.started.get_or_insert(t);
+        self.wall.get_or_insert_with(web_time::Instant::now);
+        let target = ((t - start) * self.speed).ceil() as usize + 1;
+        Some(
+            target
+                .saturating_sub(self.run.position())
+                .clamp(1, cap.max(1)),
+        )
+    }
+
+    /// Takes up to `n` events in both lanes; after the last, ends the replay.
+    /// Returns whether it goes on.
+    pub fn advance(&mut self, n: usize) -> bool {
+        if self.result.is_some() {
+            return false;
+        }
+        for _ in 0..n {
+            if !self.run.step() {
+                break;
+            }
+            self.series.push(SeriesPoint {
+                event: self.run.position(),
+                live: self.run.live_bytes(),
+                reserved: self.run.reserved(),
+            });
+        }
+        if self.run.is_done() {
+            self.finish();
+            return false;
+        }
+        true
+    }
+
+    /// Stops where it is: the figures so far become the result.
+    pub fn stop(&mut self) {
+        if self.result.is_none() {
+            self.finish();
+        }
+    }
+
+    /// Wall-clock milliseconds from the first paced step to the end.
+    pub fn millis(&self) -> Option<u64> {
+        self.millis
+    }
+
+    fn finish(&mut self) {
+        self.millis = self.wall.map(|w| w.elapsed().as_millis() as u64);
+        self.last = Some(Moment::of(&self.run, usize::MAX));
+        self.result = Some(self.run.finish());
+    }
+
+    /// Both policies after `at` events (clamped to the events taken so far),
+    /// or, with `None`, as they are now; maps of the `max` largest segments.
+    /// An earlier event is re-simulated from the start, a later one from
+    /// where the last scrub left the cursor: exact, and no more memory than
+    /// one more replay.
+    pub fn moment(&mut self, at: Option<usize>, max: usize) -> Moment {
+        let now = self.run.position();
+        let at = at.map(|a| a.min(now));
+        if at.is_none_or(|a| a == now) {
+            return match &self.last {
+                Some(m) => trim(m.clone(), max),
+                None => Moment::of(&self.run, max),
+            };
+        }
+        let at = at.unwrap_or(now);
+        if self.cursor.as_ref().is_none_or(|c| c.position() > at) {
+            match Lockstep::new(self.trace().clone(), self.device) {
+                Ok(c) => self.cursor = Some(c),
+                Err(_) => return Moment::default(),
+            }
+        }
+        let cursor = self.cursor.as_mut().expect("made above");
+        cursor.run_to(at);
+        Moment::of(cursor, max)
+    }
+}
+
+/// `m` with at most `max` segments per map.
+fn trim(mut m: Moment, max: usize) -> Moment {
+    for (bars, hidden) in &mut m.maps {
+        if bars.len() > max {
+            *hidden += bars.len() - max;
+            bars.truncate(max);
+        }
+    }
+    m
+}
+
+/// The smallest hard limit (× peak live, to 0.001) under which `policy`
+/// replays `trace` on `device` with no OOM, and the device allocations it
+/// then makes; `None` if even 4 × fails. Core's bisection, the one the
+/// harness's `--min-budget` runs.
+pub fn smallest_budget_of(
+    trace: &Trace,
+    policy: Policy,
+    device: SimDevice,
+) -> Result<Option<(f64, u64)>, Error> {
+    smallest_budget(trace.peak_live, |limit| {
+        let config = Config {
+            limit: Some(Limit::Bytes(limit)),
+            ..policy.config()
+        };
+        let mut engine = device.engine(config)?;
+        let r = replay(&mut engine, trace, TENSOR_USAGE);
+        Ok((r.ooms == 0, r.device_allocs))
+    })
+}
+
+/// Both policies' smallest budgets (see [`smallest_budget_of`]).
+pub fn smallest_budgets(
+    trace: &Trace,
+    device: SimDevice,
+) -> Result<[Option<(f64, u64)>; 2], Error> {
+    Ok([
+        smallest_budget_of(trace, POLICIES[0], device)?,
+        smallest_budget_of(trace, POLICIES[1], device)?,
+    ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::lockstep::tests::sample;
+
+    #[test]
+    fn the_series_stays_bounded_and_keeps_every_peak() {
+        let mut s = Series::default();
+        let n = 10 * MAX_SERIES + 7;
+        for i in 1..=n {
+            s.push(SeriesPoint {
+                event: i,
+                live: (i % 977) as u64,
+                reserved: [i as u64, (n - i) as u64],
+            });
+        }
+        let pts = s.points();
+        assert!(pts.len() <= MAX_SERIES + 1, "{}", pts.len());
+        assert_eq!(pts.last().unwrap().event, n);
+        assert_eq!(pts.iter().map(|p| p.live).max(), Some(976));
+        assert_eq!(pts.iter().map(|p| p.reserved[0]).max(), Some(n as u64));
+        assert_eq!(pts[0].reserved[1], (n - 1) as u64);
+        assert!(pts.windows(2).all(|w| w[0].event < w[1].event));
+    }
+
+    #[test]
+    fn paced_compare_ends_with_the_lockstep_figures() {
+        let trace = sample("resnet_train");
+        let mut c = Compare::new(trace.clone(), SimDevice::PAGE, 10_000.0).unwrap();
+        assert_eq!(c.due(0.0, 5000), Some(1));
+        assert_eq!(c.due(0.05, 5000), Some(501));
+        let mut t = 0.0;
+        while let Some(n) = c.due(t, 5000) {
+            c.advance(n);
+            t += 0.05;
+        }
+        assert!(t > 0.6 && t < 0.85, "about 7098 events at 10 k/s: {t}");
+        let got = c.result().unwrap();
+        let mut l = Lockstep::new(trace.clone(), SimDevice::PAGE).unwrap();
+        while l.step() {}
+        assert_eq!(got, l.finish());
+        // The chart's highest points are the peaks.
+        let pts = c.series().points();
+        assert_eq!(pts.last().unwrap().event, trace.events.len());
+        assert_eq!(pts.iter().map(|p| p.live).max(), Some(trace.peak_live));
+        for (i, lane) in got.iter().enumerate() {
+            assert_eq!(
+                pts.iter().map(|p| p.reserved[i]).max(),
+                Some(lane.peak_reserved)
+            );
+        }
+    }
+
+    #[test]
+    fn scrubbing_back_and_forth_shows_the_state_at_that_event() {
+        let trace = sample("gpt_train");
+        let mut c = Compare::new(trace.clone(), SimDevice::PAGE, 1e9).unwrap();
+        c.advance(6000);
+        let want = |at: usize| {
+            let mut l = Lockstep::new(trace.clone(), SimDevice::PAGE).unwrap();
+            l.run_to(at);
+            Moment::of(&l, 8)
+        };
+        for at in [4000, 4500, 1200, 5999, 0] {
+            assert_eq!(c.moment(Some(at), 8), want(at), "event {at}");
+        }
+        // Beyond the events taken: where the replay is now.
+        let now = c.moment(Some(9000), 8);
+        assert_eq!(now.position, 6000);
+        assert_eq!(now, want(6000));
+        // After the end, "now" is the last event, leftovers not yet freed.
+        while c.advance(5000) {}
+        let end = c.moment(None, 8);
+        assert_eq!(end, want(trace.events.len()));
+        assert_eq!(c.moment(Some(trace.events.len()), 8), end);
+    }
+
+    #[test]
+    fn smallest_budgets_replay_with_no_oom_and_the_device_allocations_said() {
+        let trace = sample("resnet_train");
+        let budgets = smallest_budgets(&trace, SimDevice::PAGE).unwrap();
+        for (policy, b) in POLICIES.iter().zip(budgets) {
+            let (x, allocs) = b.expect("fits within 4 × peak live");
+            let run = |x: f64| {
+                let limit = (trace.peak_live as f64 * x).ceil() as u64;
+                let config = Config {
+                    limit: Some(Limit::Bytes(limit)),
+                    ..policy.config()
+                };
+                let mut e = SimDevice::PAGE.engine(config).unwrap();
+                replay(&mut e, &trace, TENSOR_USAGE)
+            };
+            let at = run(x);
+            assert_eq!((at.ooms, at.device_allocs), (0, allocs), "{policy:?}");
+            assert!(x < 4.0 && run(0.999).ooms > 0, "{policy:?}: {x}");
+        }
+    }
+}
