@@ -3,14 +3,16 @@
 // Needs the page built (`cargo xtask build`) and the harness built
 // (`cargo build --release -p vrampool-cli`); scripts/test.sh does both.
 //
-// Writes e2e/page-replay.png (a screenshot during a replay) and
-// e2e/figures.json (wasm size, frame times while replaying at 10k ops/s) in
-// cargo's target directory (target/, or CARGO_TARGET_DIR).
+// Writes e2e/page-replay.png (a screenshot during a replay),
+// e2e/page-compare.png (the side-by-side view during its replay; with
+// UPDATE_SCREENSHOT=1 it becomes web/screenshot.png), the files the page
+// exported, and e2e/figures.json (wasm size, frame times while replaying at
+// 10k ops/s) in cargo's target directory (target/, or CARGO_TARGET_DIR).
 
 import { chromium } from 'playwright-core';
 import { spawn, execFileSync } from 'node:child_process';
 import { mkdirSync, readFileSync, statSync, writeFileSync, copyFileSync } from 'node:fs';
-import { gzipSync } from 'node:zlib';
+import { gzipSync, gunzipSync } from 'node:zlib';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import assert from 'node:assert/strict';
@@ -53,6 +55,53 @@ try {
   await page.goto(url);
 
   const num = async (sel, attr = 'data-value') => Number(await page.locator(sel).getAttribute(attr));
+  // rAF intervals while `run` runs: [frames after the first].
+  const frameTimes = async (run) => {
+    await page.evaluate(() => {
+      window.__frames = [];
+      let last = performance.now();
+      window.__recording = true;
+      const tick = (t) => { window.__frames.push(t - last); last = t; if (window.__recording) requestAnimationFrame(tick); };
+      requestAnimationFrame(tick);
+    });
+    await run();
+    return page.evaluate(() => { window.__recording = false; return window.__frames.slice(1); });
+  };
+  const frameFigures = (ft, events, seconds) => {
+    const sorted = [...ft].sort((a, b) => a - b);
+    const vsync = sorted[Math.floor(sorted.length / 2)];
+    return {
+      events, replay_seconds: seconds, ops_per_s: events / seconds,
+      frames: ft.length, p50_ms: vsync, p95_ms: sorted[Math.floor(sorted.length * 0.95)] ?? 0,
+      max_ms: sorted[sorted.length - 1], frames_over_1_5_vsync: ft.filter((d) => d > 1.5 * vsync).length,
+    };
+  };
+  // The simulated device of the page's side-by-side view, for the harness.
+  const simDevice = ['--capacity', String(4 * 2 ** 30), '--max-buffer-size', String(256 * 2 ** 20)];
+  const harness = join(target, 'release', 'vrampool');
+  const harnessJson = (args) => JSON.parse(execFileSync(harness, ['replay', '--simulate', '--json', ...args], { maxBuffer: 64 << 20 }));
+  // The `#compare-table` rows, by policy.
+  const compareRows = async () => Object.fromEntries(await page.locator('#compare-table tbody tr')
+    .evaluateAll((rs) => rs.map((r) => [r.dataset.policy, { ...r.dataset }])));
+  // Checks the table's figures for both policies equal `vrampool replay
+  // --simulate --compare --json` of the same file on the same device.
+  const checkCompareTable = async (file, what) => {
+    const rows = await compareRows();
+    const native = harnessJson(['--compare', ...simDevice, file]);
+    for (const policy of ['vrampool', 'pytorch']) {
+      const r = native.find((n) => n.policy === policy).report;
+      const got = rows[policy];
+      const want = {
+        peakLive: r.peak_live, peakReserved: r.peak_reserved, ratio: r.reserved_ratio,
+        deviceAllocs: r.device_allocs, deviceFrees: r.device_frees, cacheHits: r.cache_hits,
+        allocs: r.allocs, hitRate: r.cache_hits / r.allocs, ooms: r.ooms,
+      };
+      for (const [k, v] of Object.entries(want)) {
+        assert.equal(Number(got[k]), v, `${what}: ${policy} ${k}: page ${got[k]}, harness ${v}`);
+      }
+    }
+    return rows;
+  };
   const waitFor = async (what, fn, timeout = 60_000) => {
     const t0 = Date.now();
     for (;;) {
@@ -82,6 +131,9 @@ try {
   const rate = ((await num('#timeline', 'data-points')) - p0) / 2;
   assert.ok(rate >= 10, `timeline updated ${rate} times a second`);
   step(`timeline: ${rate} updates a second`);
+  // The event log's list numbers have room (two digits and the dot).
+  const logPad = await page.locator('#log').evaluate((e) => parseFloat(getComputedStyle(e).paddingLeft));
+  assert.ok(logPad >= 30, `the event log's numbers have ${logPad} px`);
 
   // 2. Allocate: counters and chart move.
   const pointsBefore = await page.locator('#line-allocated').getAttribute('points');
@@ -108,30 +160,21 @@ try {
   assert.ok(released > 0 && released === reservedBefore, `released ${released} of ${reservedBefore}`);
   step(`empty_cache released ${released}: reserved ${reservedBefore} -> ${await num('#stat-reserved')}`);
 
-  // 4. Replay bundled traces to the end; the figures equal the harness's replay.
-  const harness = join(target, 'release', 'vrampool');
+  // 4. Replay bundled traces to the end; the figures equal the harness's
+  // replay, and the finished replay states PyTorch's scheme's figures too.
   const frames = {};
   for (const name of ['resnet_train', 'gpt_train']) {
     await page.selectOption('#sample', name);
     await page.fill('#speed', '10000');
-    // Frame times from requestAnimationFrame while the replay runs.
-    await page.evaluate(() => {
-      window.__frames = [];
-      let last = performance.now();
-      window.__recording = true;
-      const tick = (t) => { window.__frames.push(t - last); last = t; if (window.__recording) requestAnimationFrame(tick); };
-      requestAnimationFrame(tick);
+    const ft = await frameTimes(async () => {
+      await page.click('#btn-replay');
+      await waitFor(`${name} to start`, async () => (await page.locator('#replay-status').textContent()).startsWith('replaying'));
+      if (name === 'resnet_train') {
+        await page.waitForTimeout(300);
+        await page.screenshot({ path: join(out, 'page-replay.png') });
+      }
+      await waitFor(`${name} to finish`, async () => (await page.locator('#replay-result').getAttribute('data-done')) === 'true', 120_000);
     });
-    await page.click('#btn-replay');
-    await waitFor(`${name} to start`, async () => (await page.locator('#replay-status').textContent()).startsWith('replaying'));
-    if (name === 'resnet_train') {
-      await page.waitForTimeout(300);
-      await page.screenshot({ path: join(out, 'page-replay.png') });
-    }
-    await waitFor(`${name} to finish`, async () => (await page.locator('#replay-result').getAttribute('data-done')) === 'true', 120_000);
-    const ft = await page.evaluate(() => { window.__recording = false; return window.__frames.slice(1); });
-    const sorted = [...ft].sort((a, b) => a - b);
-    const p95 = sorted[Math.floor(sorted.length * 0.95)] ?? 0;
     const got = {
       ops: await num('#replay-result', 'data-ops'),
       peak_reserved: await num('#replay-result', 'data-peak-reserved'),
@@ -141,20 +184,151 @@ try {
       millis: await num('#replay-result', 'data-millis'),
     };
     const sample = join(root, 'web', 'samples', `${name}.csv.gz`);
-    const native = JSON.parse(execFileSync(harness, ['replay', '--simulate', '--json', '--max-buffer-size', String(maxBuffer), sample]))[0].report;
-    step(`${name}: page ${JSON.stringify(got)} in ${(got.millis / 1000).toFixed(2)} s (${(got.ops / (got.millis / 1000)).toFixed(0)} ops/s); frames ${ft.length}, p95 ${p95.toFixed(1)} ms; harness peak_reserved ${native.peak_reserved}, device_allocs ${native.device_allocs}`);
+    const runs = harnessJson(['--compare', '--capacity', String(4 * 2 ** 30), '--max-buffer-size', String(maxBuffer), sample]);
+    const native = runs.find((r) => r.policy === 'vrampool').report;
+    const pytorch = runs.find((r) => r.policy === 'pytorch').report;
+    const f = frameFigures(ft, got.ops, got.millis / 1000);
+    step(`${name}: page ${JSON.stringify(got)} in ${f.replay_seconds.toFixed(2)} s (${f.ops_per_s.toFixed(0)} ops/s); frames ${f.frames}, p95 ${f.p95_ms.toFixed(1)} ms; harness peak_reserved ${native.peak_reserved}, device_allocs ${native.device_allocs}`);
     assert.equal(got.ops, native.allocs + native.frees);
     assert.equal(got.peak_reserved, native.peak_reserved);
     assert.equal(got.device_allocs, native.device_allocs);
     assert.equal(got.cache_hits, native.cache_hits);
     assert.equal(got.ooms, 0);
-    const vsync = sorted[Math.floor(sorted.length / 2)];
-    frames[name] = {
-      events: got.ops, replay_seconds: got.millis / 1000, ops_per_s: got.ops / (got.millis / 1000),
-      frames: ft.length, p50_ms: vsync, p95_ms: p95, max_ms: sorted[sorted.length - 1],
-      frames_over_1_5_vsync: ft.filter((d) => d > 1.5 * vsync).length,
-    };
+    assert.equal(await num('#replay-result', 'data-twin-peak-reserved'), pytorch.peak_reserved);
+    assert.equal(await num('#replay-result', 'data-twin-device-allocs'), pytorch.device_allocs);
+    assert.equal(await num('#replay-result', 'data-twin-cache-hits'), pytorch.cache_hits);
+    assert.match(await page.locator('#replay-status').textContent(), /vrampool \(this pool\): peak reserved .* PyTorch's scheme on the same trace \(simulated\): peak reserved/);
+    frames[name] = f;
   }
+
+  // 4a. Side by side: the sample through vrampool and the PyTorch preset at
+  // once; the table equals the harness's --compare on the same file.
+  const sample = join(root, 'web', 'samples', 'resnet_train.csv.gz');
+  await page.selectOption('#compare-source', 'resnet_train');
+  await page.fill('#compare-speed', '10000');
+  let updates = 0;
+  const cft = await frameTimes(async () => {
+    await page.click('#compare');
+    await waitFor('the comparison to start', async () => (await num('#compare-chart', 'data-position')) > 0);
+    // The figures move at least 10 times a second while it runs.
+    const seen = new Set();
+    const s0 = Date.now();
+    while (Date.now() - s0 < 1000) {
+      seen.add(await page.locator('#compare-chart').getAttribute('data-position'));
+      await page.waitForTimeout(15);
+    }
+    updates = seen.size;
+    await waitFor('the comparison to finish', async () => (await page.locator('#compare-table').getAttribute('data-done')) === 'true', 120_000);
+  });
+  assert.ok(updates >= 10, `the side-by-side figures changed ${updates} times in a second`);
+  const rows = await checkCompareTable(sample, 'resnet_train');
+  assert.equal(await page.locator('#compare-table').getAttribute('data-events'), '7098');
+  assert.equal(Number(rows.vrampool.allocs), 3549);
+  const summary = await page.locator('#compare-summary').textContent();
+  assert.match(summary, /vrampool reserved at most [\d.]+ MiB \([\d.]+ × peak live\) with \d+ device allocations; PyTorch's scheme [\d.]+ MiB \([\d.]+ ×\) with \d+/);
+  step(`side by side: ${summary} (figures updated ${updates} times a second)`);
+  frames.compare_resnet_train = frameFigures(cft, 7098, (await num('#compare-table', 'data-millis')) / 1000);
+  // The stacked view at the peak has its bands.
+  assert.ok((await num('#peak-stack', 'data-bands')) > 10);
+
+  // The smallest budgets, on request, are the harness's --min-budget.
+  await page.click('#compare-budget');
+  await waitFor('the smallest budgets', async () => {
+    const r = await compareRows();
+    return r.vrampool.minBudget !== '' && r.pytorch.minBudget !== '';
+  }, 120_000);
+  {
+    const r = await compareRows();
+    const native = harnessJson(['--compare', '--min-budget', ...simDevice, sample]);
+    for (const policy of ['vrampool', 'pytorch']) {
+      const n = native.find((x) => x.policy === policy);
+      assert.equal(Number(r[policy].minBudget), n.min_budget, `${policy} smallest budget`);
+      assert.equal(Number(r[policy].minBudgetAllocs), n.device_allocs_at_min_budget, `${policy} device allocations at it`);
+    }
+    step(`smallest budgets: vrampool ${r.vrampool.minBudget} × (${r.vrampool.minBudgetAllocs} device allocations), pytorch ${r.pytorch.minBudget} × (${r.pytorch.minBudgetAllocs})`);
+  }
+
+  // Scrubbing back: the maps and figures at event 4000 are those of the
+  // trace's first 4000 events replayed by the harness; back and forth
+  // lands on the same state.
+  const lines = gunzipSync(readFileSync(sample)).toString().trimEnd().split('\n');
+  const head = join(out, 'resnet_train_4000.csv');
+  writeFileSync(head, lines.slice(0, 4001).join('\n') + '\n');
+  const scrubTo = async (at) => {
+    await page.locator('#scrub').fill(String(at));
+    await waitFor(`the scrubber at ${at}`, async () => (await num('#scrub-figures', 'data-position')) === at);
+  };
+  const lane = async (policy) => page.locator(`#scrub-figures .lane[data-policy="${policy}"]`).evaluate((e) => ({ ...e.dataset }));
+  await scrubTo(4000);
+  const at4000 = { vrampool: await lane('vrampool'), pytorch: await lane('pytorch') };
+  const headRuns = harnessJson(['--compare', ...simDevice, head]);
+  let live = 0;
+  const sizes = new Map();
+  for (const l of lines.slice(1, 4001)) {
+    const [, , action, ptr, size] = l.split(',');
+    if (action === 'allocate') { sizes.set(ptr, Number(size)); live += Number(size); } else { live -= sizes.get(ptr); sizes.delete(ptr); }
+  }
+  assert.equal(await num('#scrub-figures', 'data-live'), live);
+  for (const policy of ['vrampool', 'pytorch']) {
+    const r = headRuns.find((x) => x.policy === policy).report;
+    assert.equal(Number(at4000[policy].peakReserved), r.peak_reserved, `${policy} peak reserved at event 4000`);
+    assert.equal(Number(at4000[policy].deviceAllocs), r.device_allocs, `${policy} device allocations at event 4000`);
+    assert.equal(Number(at4000[policy].cacheHits), r.cache_hits, `${policy} cache hits at event 4000`);
+  }
+  const liveBlocks = page.locator('#compare-map-vrampool .block.live');
+  assert.ok((await liveBlocks.count()) > 0, 'live blocks in the map at event 4000');
+  const tip = await liveBlocks.first().getAttribute('title');
+  assert.match(tip, /^live: [\d.]+ [KMG]?i?B at offset [\d\u2009]+.*; live for [\d\u2009]+ events$/);
+  await scrubTo(1000);
+  assert.ok(Number((await lane('vrampool')).deviceAllocs) <= Number(at4000.vrampool.deviceAllocs));
+  await scrubTo(4000);
+  assert.deepEqual({ vrampool: await lane('vrampool'), pytorch: await lane('pytorch') }, at4000);
+  await page.click('#scrub-live');
+  await waitFor('the scrubber back at the end', async () => (await num('#scrub-figures', 'data-position')) === 7098);
+  step(`scrub: at event 4000 live ${live}, ${JSON.stringify(at4000)}; a live block says "${tip}"`);
+
+  // gpt_train too, with a screenshot half way (the README's).
+  await page.selectOption('#compare-source', 'gpt_train');
+  await page.click('#compare');
+  await waitFor('gpt_train half way', async () => (await page.locator('#compare-table').getAttribute('data-trace')) === 'gpt_train'
+    && (await num('#compare-chart', 'data-position')) > 4500);
+  await page.screenshot({ path: join(out, 'page-compare.png') });
+  await waitFor('gpt_train compared', async () => (await page.locator('#compare-table').getAttribute('data-done')) === 'true', 120_000);
+  await checkCompareTable(join(root, 'web', 'samples', 'gpt_train.csv.gz'), 'gpt_train');
+  step(`side by side: ${await page.locator('#compare-summary').textContent()}`);
+
+  // 4b. Export: the snapshot parses and loads back; the page's own
+  // recording reads back as a trace with every event, replays on the pool,
+  // and compares side by side with the harness's figures.
+  const save = async (button, file) => {
+    const [dl] = await Promise.all([page.waitForEvent('download'), page.click(button)]);
+    const path = join(out, file);
+    await dl.saveAs(path);
+    return path;
+  };
+  const snapPath = await save('#export-snapshot', 'snapshot.json');
+  const snap = JSON.parse(readFileSync(snapPath, 'utf8'));
+  assert.ok(Array.isArray(snap.segments) && snap.segments.length > 0, 'the snapshot has segments');
+  assert.equal(snap.segments.reduce((a, g) => a + g.size, 0), await num('#stat-reserved'), 'the snapshot holds what the pool reserves');
+  await page.setInputFiles('#import-snapshot', snapPath);
+  await waitFor('the snapshot to load back', async () => (await page.locator('#imported-snapshot').count()) === 1);
+  assert.equal(await num('#imported-snapshot', 'data-segments'), snap.segments.length);
+  const csvPath = await save('#export-csv', 'recording.csv');
+  const recorded = await num('#export-csv', 'data-events');
+  const back = harnessJson(['--capacity', String(4 * 2 ** 30), '--max-buffer-size', String(maxBuffer), csvPath])[0].report;
+  assert.equal(back.allocs + back.frees, recorded, 'the recording reads back with every event');
+  assert.ok(recorded >= 7098 + 9345 + 32, `recorded ${recorded} events`);
+  step(`export: snapshot of ${snap.segments.length} segments loaded back; recording of ${recorded} events re-read by the harness`);
+  await page.setInputFiles('#trace-file', csvPath);
+  await waitFor('the recording to replay', async () => (await page.locator('#replay-result').getAttribute('data-done')) === 'true'
+    && (await num('#replay-result', 'data-ops')) === recorded, 120_000);
+  await page.selectOption('#compare-source', 'upload');
+  await page.fill('#compare-speed', '100000');
+  await page.click('#compare');
+  await waitFor('the recording compared', async () => (await page.locator('#compare-table').getAttribute('data-trace')) === 'recording.csv'
+    && (await page.locator('#compare-table').getAttribute('data-done')) === 'true', 120_000);
+  await checkCompareTable(csvPath, 'the recording');
+  step('the recording, uploaded, replays on the pool and compares side by side as the harness does');
 
   // 5. A malformed trace: a clear message, and the page keeps working.
   await page.setInputFiles('#trace-file', {
@@ -239,6 +413,10 @@ try {
     assert.equal(await p2.locator('#backend').getAttribute('data-kind'), 'simulated', `navigator.gpu is ${gpu}`);
     const notice = await p2.locator('#no-webgpu').textContent();
     assert.match(notice, /No WebGPU device here/);
+    const help = await p2.locator('#webgpu-help').textContent();
+    for (const how of [/Chrome.*chrome:\/\/flags\/#enable-unsafe-webgpu/, /Edge.*edge:\/\/flags\/#enable-unsafe-webgpu/, /Firefox.*about:config.*dom\.webgpu\.enabled/]) {
+      assert.match(help, how);
+    }
     await p2.click('#btn-alloc');
     for (let i = 0; i < 100 && Number(await p2.locator('#stat-allocated').getAttribute('data-value')) === 0; i++) await p2.waitForTimeout(50);
     assert.equal(Number(await p2.locator('#stat-allocated').getAttribute('data-value')), 16 * 2 ** 20);
@@ -251,7 +429,7 @@ try {
   const figures = { adapter, wasm_bytes: wasm.length, wasm_gzip_bytes: gzipSync(wasm, { level: 9 }).length, replay: frames };
   writeFileSync(join(out, 'figures.json'), JSON.stringify(figures, null, 2));
   step(`figures: ${JSON.stringify(figures)}`);
-  if (process.env.UPDATE_SCREENSHOT) copyFileSync(join(out, 'page-replay.png'), join(root, 'web', 'screenshot.png'));
+  if (process.env.UPDATE_SCREENSHOT) copyFileSync(join(out, 'page-compare.png'), join(root, 'web', 'screenshot.png'));
   step('passed');
 } catch (e) {
   failed = true;
