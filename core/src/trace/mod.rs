@@ -3,12 +3,15 @@
 //! trace/replay apart:
 //! - `format.rs` — reading (plain or gzip, streamed, validated: [`Trace`]);
 //! - `record.rs` — writing ([`Recorder`], what `Engine::start_recording` keeps);
-//! - `replay.rs` — the one replay loop ([`Replayer`]) and [`replay`] over an engine.
+//! - `replay.rs` — the one replay loop ([`Replayer`]) and [`replay`] over an engine;
+//! - `cost.rs` — what a replay's device churn would cost ([`DeviceCost`]).
 
+mod cost;
 mod format;
 mod record;
 mod replay;
 
+pub use cost::DeviceCost;
 pub use format::{Action, HEADER, MAX_LINE, Trace, TraceError, TraceEvent};
 pub use record::Recorder;
 pub use replay::{

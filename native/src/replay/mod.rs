@@ -12,6 +12,7 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use indicatif::ProgressBar;
 use serde_json::json;
+use vrampool::trace::DeviceCost;
 use vrampool::{Backend, SimulatedDevice, Trace, WgpuBackend, fmt_bytes};
 
 use crate::policy::{AccessMode, PolicyKind, Requests};
@@ -332,6 +333,7 @@ fn print_replay(rows: &[Row], c: &Common, min: bool, target: &Target) -> Result<
                     "device": target.name(),
                     "limit": r.limit,
                     "report": r.outcome.report,
+                    "estimated_device_ms": DeviceCost::H200_VULKAN.of_replay(&r.outcome.report),
                     "released_by_empty_cache": r.outcome.released_at_end,
                     "min_budget": r.min_budget.map(|m| m.0),
                     "device_allocs_at_min_budget": r.min_budget.map(|m| m.1),
@@ -346,7 +348,7 @@ fn print_replay(rows: &[Row], c: &Common, min: bool, target: &Target) -> Result<
         return Ok(());
     }
     outln!(
-        "{:<14} {:<10} {:>10} {:>10} {:>10} {:>6} {:>9} {:>8} {:>8} {:>5} {:>8} {:>10} {:>8}",
+        "{:<14} {:<10} {:>10} {:>10} {:>10} {:>6} {:>9} {:>8} {:>10} {:>9} {:>8} {:>5} {:>8} {:>10} {:>8}",
         "trace",
         "policy",
         "budget",
@@ -355,6 +357,8 @@ fn print_replay(rows: &[Row], c: &Common, min: bool, target: &Target) -> Result<
         "ratio",
         "dev alloc",
         "dev free",
+        "created",
+        "est dev",
         "hit rate",
         "OOMs",
         "ns/op",
@@ -365,7 +369,7 @@ fn print_replay(rows: &[Row], c: &Common, min: bool, target: &Target) -> Result<
         let (trace, kind, limit, m) = (&row.trace, row.policy, row.limit, row.min_budget);
         let r = &row.outcome.report;
         outln!(
-            "{:<14} {:<10} {:>10} {:>10} {:>10} {:>6.3} {:>9} {:>8} {:>7.1}% {:>5} {:>8.0} {:>10} {:>8}",
+            "{:<14} {:<10} {:>10} {:>10} {:>10} {:>6.3} {:>9} {:>8} {:>10} {:>7.1}ms {:>7.1}% {:>5} {:>8.0} {:>10} {:>8}",
             trace,
             kind.name(),
             limit.map_or("none".into(), fmt_bytes),
@@ -374,6 +378,8 @@ fn print_replay(rows: &[Row], c: &Common, min: bool, target: &Target) -> Result<
             r.reserved_ratio,
             r.device_allocs,
             r.device_frees,
+            fmt_bytes(r.segment_bytes_created),
+            DeviceCost::H200_VULKAN.of_replay(r),
             100.0 * r.cache_hits as f64 / r.allocs.max(1) as f64,
             r.ooms,
             r.ns_per_op,
