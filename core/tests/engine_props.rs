@@ -566,20 +566,20 @@ fn a_plan_refused_to_the_end_leaves_no_trace_in_the_figures() {
     };
     let mut e = Engine::new(SimulatedDevice::new(1 << 30), config).unwrap();
     let keep = e.allocate(Request::new(4096, 0)).unwrap();
-    let cache = e.allocate(Request::new(64 << 20, 0)).unwrap();
+    let cache = e.allocate(Request::new(512 << 20, 0)).unwrap();
     e.free(cache.id).unwrap();
     let before = e.stats();
     assert!(before.releasable_bytes > 0);
-    let Planned::Create(plan) = e.plan(Request::new(50 << 20, 7)).unwrap() else {
-        panic!("50 MiB of a new usage cannot come from the cache");
+    let Planned::Create(plan) = e.plan(Request::new(5 << 20, 7)).unwrap() else {
+        panic!("5 MiB of a new usage cannot come from the cache");
     };
     assert!(
-        plan.desc().size > 50 << 20,
+        plan.desc().size > 5 << 20,
         "step 1: a packed medium segment"
     );
     assert_eq!(e.stats(), before, "a plan changes nothing yet");
     let plan = e.refused(plan, DeviceError::OutOfMemory).unwrap();
-    assert_eq!(plan.desc().size, 50 << 20, "step 2: just the request");
+    assert_eq!(plan.desc().size, 5 << 20, "step 2: just the request");
     let plan = e.refused(plan, DeviceError::OutOfMemory).unwrap();
     let err = e.refused(plan, DeviceError::OutOfMemory).unwrap_err();
     assert!(

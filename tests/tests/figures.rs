@@ -1,4 +1,4 @@
-//! Every trace of data/traces, at full size and scaled down ÷16 and ÷64,
+//! Every trace of data/traces (and data/traces/heldout), at full size and scaled down ÷16 and ÷64,
 //! replayed on the simulated H200 under the default policy and the PyTorch
 //! preset: its figures (peak reserved ÷ peak live with no limit, device
 //! allocations, bytes of segments created, the smallest budget with no OOM
@@ -33,6 +33,9 @@ struct Row {
     trace: String,
     scale: u64,
     policy: String,
+    /// Recorded after the policy's constants were chosen (data/traces/heldout).
+    #[serde(default)]
+    held_out: bool,
     peak_live: u64,
     ratio: f64,
     device_allocs: u64,
@@ -70,14 +73,19 @@ fn run(t: &Trace, policy: &str, limit: Option<u64>) -> vrampool::ReplayReport {
 }
 
 fn measure() -> Vec<Row> {
-    let mut paths: Vec<PathBuf> = std::fs::read_dir(root().join("data/traces"))
-        .expect("data/traces")
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.to_string_lossy().ends_with(".csv.gz"))
-        .collect();
-    paths.sort();
+    let traces = |dir: &str| {
+        let mut paths: Vec<PathBuf> = std::fs::read_dir(root().join(dir))
+            .expect(dir)
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.to_string_lossy().ends_with(".csv.gz"))
+            .collect();
+        paths.sort();
+        paths
+    };
+    let tuned = traces("data/traces").into_iter().map(|p| (p, false));
+    let held_out = traces("data/traces/heldout").into_iter().map(|p| (p, true));
     let mut rows = Vec::new();
-    for path in paths {
+    for (path, held_out) in tuned.chain(held_out) {
         let full = Trace::open(&path).unwrap();
         for scale in SCALES {
             let t = if scale > 1 {
@@ -97,6 +105,7 @@ fn measure() -> Vec<Row> {
                     trace: t.name.clone(),
                     scale,
                     policy: policy.to_string(),
+                    held_out,
                     peak_live: t.peak_live,
                     ratio: (r.reserved_ratio * 1000.0).round() / 1000.0,
                     device_allocs: r.device_allocs,
@@ -128,8 +137,9 @@ fn render(rows: &[Row]) -> String {
         let (v, p) = (&pair[0], &pair[1]);
         let _ = writeln!(
             s,
-            "| {} | ÷{} | {} | {} | {} |",
+            "| {}{} | ÷{} | {} | {} | {} |",
             v.trace,
+            if v.held_out { " (held out)" } else { "" },
             v.scale,
             vrampool::fmt_bytes(v.peak_live),
             cell(v),
@@ -147,14 +157,118 @@ fn within(got: f64, want: f64, margin: f64) -> bool {
     (got - want).abs() <= margin + 1e-9
 }
 
+/// The rows, measured once for both tests.
+fn rows() -> &'static [Row] {
+    static ROWS: std::sync::OnceLock<Vec<Row>> = std::sync::OnceLock::new();
+    ROWS.get_or_init(measure)
+}
+
+const MIB: f64 = (1u64 << 20) as f64;
+
+/// The standing targets a row of the default policy misses, against the
+/// PyTorch preset's row of the same trace and scale: `R` peak reserved above
+/// 1.10 × peak live + 2 MiB or above PyTorch's; `M` smallest budget above
+/// 1.03 × peak live + 1 MiB or above PyTorch's; at full size, `A` more device
+/// allocations and `B` more bytes of segments created than PyTorch.
+fn missed(v: &Row, p: &Row) -> String {
+    let live = v.peak_live as f64;
+    let reserved = |r: &Row| r.ratio * live;
+    let budget = |r: &Row| r.min_budget.unwrap_or(f64::INFINITY);
+    let mut out = String::new();
+    if reserved(v) > 1.10 * live + 2.0 * MIB + 0.001 * live || v.ratio > p.ratio {
+        out.push('R');
+    }
+    if budget(v) * live > 1.03 * live + MIB + 0.001 * live || budget(v) > budget(p) {
+        out.push('M');
+    }
+    if v.scale == 1 && v.device_allocs > p.device_allocs {
+        out.push('A');
+    }
+    if v.scale == 1 && v.bytes_created > p.bytes_created {
+        out.push('B');
+    }
+    out
+}
+
+/// Where the default policy misses the standing targets today, row by row
+/// (see [`missed`]); BENCHMARKS.md discusses each. A row that starts missing
+/// a target fails the test, and so does a gap that closes (remove it here).
+const GAPS: &[(&str, u64, &str)] = &[
+    ("batch_sweep", 1, "AB"),
+    ("bert_finetune", 1, "B"),
+    ("checkpointing", 1, "RAB"),
+    ("checkpointing", 16, "R"),
+    ("checkpointing", 64, "R"),
+    ("detection", 1, "B"),
+    ("detection", 64, "R"),
+    ("gpt_train", 1, "B"),
+    ("gpt_train", 16, "R"),
+    ("llm_decode", 64, "M"),
+    ("lstm_train", 1, "AB"),
+    ("lstm_train", 64, "R"),
+    ("model_swap", 1, "RAB"),
+    ("model_swap", 16, "R"),
+    ("resnet_train", 1, "B"),
+    ("resnet_train", 64, "R"),
+    ("small_loop", 1, "RAB"),
+    ("small_loop", 16, "M"),
+    ("small_mlp", 1, "A"),
+    ("unet_diffusion", 1, "RAB"),
+    ("varlen_batches", 1, "B"),
+    ("varlen_batches", 64, "R"),
+    ("vit_finetune", 16, "R"),
+    // Held out (data/traces/heldout).
+    ("gan_train", 1, "RAB"),
+    ("gan_train", 16, "R"),
+    ("gan_train", 64, "R"),
+    ("serve_varbatch", 1, "RAB"),
+    ("serve_varbatch", 16, "R"),
+    ("serve_varbatch", 64, "R"),
+    ("t5_seq2seq", 16, "R"),
+    ("t5_seq2seq", 64, "R"),
+];
+
+#[test]
+fn the_standing_targets_hold_on_every_row_but_the_listed_gaps() {
+    let rows = rows();
+    let mut found = Vec::new();
+    for pair in rows.chunks(2) {
+        let (v, p) = (&pair[0], &pair[1]);
+        assert_eq!(
+            (v.policy.as_str(), p.policy.as_str()),
+            ("vrampool", "pytorch")
+        );
+        let m = missed(v, p);
+        if !m.is_empty() {
+            found.push((v.trace.clone(), v.scale, m));
+        }
+    }
+    let listed: Vec<(String, u64, String)> = GAPS
+        .iter()
+        .map(|&(t, s, m)| (t.to_string(), s, m.to_string()))
+        .collect();
+    let show = |g: &[(String, u64, String)]| {
+        g.iter()
+            .map(|(t, s, m)| format!("    (\"{t}\", {s}, \"{m}\"),"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert_eq!(
+        found,
+        listed,
+        "the rows that miss a target changed; today they are:\n{}",
+        show(&found)
+    );
+}
+
 #[test]
 fn every_trace_gives_the_figures_of_the_checked_in_table() {
-    let rows = measure();
+    let rows = rows().to_vec();
     let table_path = root().join("data/figures.json");
     let bench_path = root().join("BENCHMARKS.md");
     if std::env::var_os("VRAMPOOL_UPDATE_FIGURES").is_some() {
         let table = Table {
-            note: "tests/tests/figures.rs: every trace of data/traces at ÷1, ÷16, ÷64 on the simulated H200 (141 GiB, 4 GiB buffers), no limit and the smallest budget with no OOM (bisected to ±0.0005, rounded up to 0.001)".into(),
+            note: "tests/tests/figures.rs: every trace of data/traces and data/traces/heldout at ÷1, ÷16, ÷64 on the simulated H200 (141 GiB, 4 GiB buffers), no limit and the smallest budget with no OOM (bisected to ±0.0005, rounded up to 0.001)".into(),
             rows: rows.clone(),
         };
         let json = serde_json::to_string_pretty(&table).unwrap() + "\n";

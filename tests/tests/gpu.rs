@@ -306,9 +306,13 @@ fn refusing_pool() -> (Pool, Faults, PoolBuffer) {
     (pool, faults, keep)
 }
 
+/// The size of [`fresh_request`]: above the small class and, after the 64 MiB
+/// high water of [`refusing_pool`], below H / 50, so it is medium.
+const FRESH: u64 = 1200 << 10;
+
 /// A request no cached block serves: a packed read-only segment is planned.
 fn fresh_request() -> AllocDesc<'static> {
-    AllocDesc::storage(5 << 20).read_only().label("fresh")
+    AllocDesc::storage(FRESH).read_only().label("fresh")
 }
 
 #[test]
@@ -331,7 +335,7 @@ fn a_device_refusal_takes_the_ladder_step_by_step_on_both_paths() {
             .into_iter()
             .find(|s| s.blocks.iter().any(|b| b.label.as_deref() == Some("fresh")))
             .unwrap();
-        assert_eq!(seg.size, 5 << 20, "{path:?}: a segment of just the request");
+        assert_eq!(seg.size, FRESH, "{path:?}: a segment of just the request");
         let s = pool.stats();
         assert_eq!(
             (s.counters.alloc_retries, s.counters.ooms),

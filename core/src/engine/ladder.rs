@@ -130,8 +130,14 @@ impl<B: Backend> Engine<B> {
         {
             if size > rounded && self.held() + rounded <= target {
                 size = self.fit(size, rounded, target);
+            } else if self.churning() {
+                // The headroom has released as much as the workload's high
+                // water since it last grew: the loop needs more than the
+                // target, so grow the target instead of re-creating again.
+                self.headroom_credit += size;
+                self.soft_released = 0;
             } else {
-                self.release((self.held() + size).saturating_sub(target));
+                self.soft_released += self.release((self.held() + size).saturating_sub(target));
             }
         }
         let label = format!(
@@ -211,10 +217,25 @@ impl<B: Backend> Engine<B> {
     /// The soft headroom's cap on reserved bytes if `rounded` more were allocated.
     fn soft_target(&self, rounded: u64) -> Option<u64> {
         let h = self.config.headroom?;
+        if self.limit.is_some() {
+            return None;
+        }
         let peak = self
             .high_water
             .max(self.total.allocated_bytes.current + rounded);
-        Some(((peak as f64 * (1.0 + h)) as u64).max(self.config.headroom_floor))
+        Some(
+            ((peak as f64 * (1.0 + h)) as u64 + self.headroom_credit)
+                .max(self.config.headroom_floor),
+        )
+    }
+
+    /// Whether the soft headroom has released [`Config::churn_limit`] × the
+    /// high water since its target last grew, and may still grow it.
+    fn churning(&self) -> bool {
+        let high = self.high_water as f64;
+        self.config.churn_limit > 0.0
+            && self.soft_released as f64 >= self.config.churn_limit * high
+            && (self.headroom_credit as f64) < self.config.max_headroom_credit * high
     }
 
     /// The largest aligned segment size in `rounded..=size` that keeps what is

@@ -100,6 +100,11 @@ pub struct Engine<B: Backend> {
     deferred: VecDeque<Deferred>,
     /// The mark the next deferred free gets (see [`Engine::defer_mark`]).
     defer_mark: u64,
+    /// Bytes the soft headroom released since its target last grew.
+    soft_released: u64,
+    /// What the soft headroom's target grew by to stop churn (see
+    /// [`Config::churn_limit`]).
+    headroom_credit: u64,
 }
 
 impl<B: Backend> Engine<B> {
@@ -142,6 +147,8 @@ impl<B: Backend> Engine<B> {
             in_flight: 0,
             deferred: VecDeque::new(),
             defer_mark: 0,
+            soft_released: 0,
+            headroom_credit: 0,
         };
         engine.limit = engine.resolve_limit(engine.config.limit)?;
         if let Growth::Preallocate(bytes) = engine.config.growth {

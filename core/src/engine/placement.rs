@@ -48,10 +48,22 @@ impl<B: Backend> Engine<B> {
             SegmentClass::Exclusive
         } else if rounded <= self.placement().small_request {
             SegmentClass::Small
-        } else if rounded <= self.placement().medium_request {
+        } else if rounded <= self.medium_request() {
             SegmentClass::Medium
         } else {
             SegmentClass::Large
+        }
+    }
+
+    /// The largest medium request: [`Placement::medium_request`], or less
+    /// for a small workload (see [`Placement::medium_request_fraction`]).
+    fn medium_request(&self) -> u64 {
+        let p = self.placement();
+        if p.medium_request_fraction > 0.0 {
+            let scaled = (self.high_water as f64 * p.medium_request_fraction) as u64;
+            p.medium_request.min(scaled.max(p.small_request))
+        } else {
+            p.medium_request
         }
     }
 
@@ -134,8 +146,14 @@ impl<B: Backend> Engine<B> {
             .filter(|s| s.class == SegmentClass::Small)
             .map(|s| s.size)
             .sum();
-        round_up((held as f64 * p.small_segment_growth) as u64, base)
-            .clamp(base, p.max_small_segment.max(base))
+        let mut cap = p.max_small_segment;
+        if p.small_segment_fraction > 0.0 {
+            cap = cap.min(round_up(
+                (self.high_water as f64 * p.small_segment_fraction) as u64,
+                base,
+            ));
+        }
+        round_up((held as f64 * p.small_segment_growth) as u64, base).clamp(base, cap.max(base))
     }
 
     /// The size of a new segment of `class` for a request of `rounded` bytes,

@@ -1,7 +1,10 @@
 //! Giving segments back to the device: what a lowered limit, the cache limit,
 //! the ladder and [`Engine::empty_cache`] release, in which order.
 
+use std::cmp::Reverse;
+
 use crate::backend::Backend;
+use crate::config::ReleaseOrder;
 
 use super::Engine;
 
@@ -16,12 +19,12 @@ pub(super) enum Measure {
 }
 
 impl<B: Backend> Engine<B> {
-    /// Releases unpinned segments that hold no live block, least recently
-    /// used first, until at least `need` bytes are released (`u64::MAX`: all
-    /// of them). Segments holding pending blocks go last: the backend can only
-    /// abandon them. Returns the bytes released. (Largest-first and best-fit
-    /// victim orders were measured on the traces and hold more memory; see
-    /// BENCHMARKS.md.)
+    /// Releases unpinned segments that hold no live block, in
+    /// [`Config::release_order`](crate::Config::release_order), until at least
+    /// `need` bytes are released (`u64::MAX`: all of them). Segments holding
+    /// pending blocks go last: the backend can only abandon them. Returns the
+    /// bytes released. (Largest-first and best-fit orders were measured on the
+    /// traces too and hold more memory; see BENCHMARKS.md.)
     pub(super) fn release(&mut self, need: u64) -> u64 {
         self.release_measured(need, Measure::Reserved)
     }
@@ -42,7 +45,14 @@ impl<B: Backend> Engine<B> {
                 _ => None,
             })
             .collect();
-        candidates.sort_unstable();
+        match self.config.release_order {
+            ReleaseOrder::MostRecentlyUsed => {
+                candidates.sort_unstable_by_key(|&(pending, used, size, i)| {
+                    (pending, Reverse(used), size, i)
+                })
+            }
+            ReleaseOrder::LeastRecentlyUsed => candidates.sort_unstable(),
+        }
         let (mut released, mut counted) = (0, 0);
         for (_, _, _, i) in candidates {
             if counted >= need {
