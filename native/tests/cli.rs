@@ -141,6 +141,25 @@ fn bench_pool_hit_is_cheaper_than_create_buffer() {
 }
 
 #[test]
+fn bench_threads_reports_hits_per_second_and_scaling() {
+    let v = json(vrampool().args([
+        "bench", "--sizes", "4096", "--time-ms", "30", "--threads", "1,2",
+    ]));
+    let rows = v["threads"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{v}");
+    assert_eq!(f(&rows[0]["threads"]), 1.0);
+    assert_eq!(f(&rows[1]["threads"]), 2.0);
+    assert_eq!(f(&rows[0]["scaling"]), 1.0);
+    for r in rows {
+        assert!(f(&r["hits_per_s"]) > 0.0, "{r}");
+        let want = f(&r["hits_per_s"]) / f(&rows[0]["hits_per_s"]);
+        assert!((f(&r["scaling"]) - want).abs() < 1e-9, "{r}");
+    }
+    refuses(&["bench", "--threads", "0"], &[], "at least 1 thread");
+    refuses(&["bench", "--simulate", "--threads", "2"], &[], "drop --simulate");
+}
+
+#[test]
 fn workload_trains_with_quantized_weights() {
     for (dtype, words) in [("f32", 1.0), ("f16", 2.0), ("int8", 4.0)] {
         let v = json(vrampool().args([

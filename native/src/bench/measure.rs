@@ -78,6 +78,68 @@ pub fn engine_ns(size: u64, budget: Duration) -> f64 {
     per_pair / 2.0
 }
 
+/// One row of `bench --threads`: threads allocating and dropping on one pool.
+#[derive(Debug, Serialize)]
+pub struct ThreadRow {
+    /// Threads sharing the pool.
+    pub threads: usize,
+    /// Bytes per request.
+    pub size: u64,
+    /// Pool hits (alloc + drop + `Pool::submitted`) per second, all threads together.
+    pub hits_per_s: f64,
+    /// `hits_per_s` over the first row's (one thread, when `--threads` starts at 1).
+    pub scaling: f64,
+}
+
+/// `threads` threads at once each alloc + drop a `size` block from `pool` in a
+/// loop for `budget`; hits per second, all threads together, for each count.
+pub fn threads(pool: &Pool, counts: &[usize], size: u64, budget: Duration) -> Vec<ThreadRow> {
+    use std::sync::Barrier;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let block = |size| AllocDesc::storage(size).read_write();
+    let mut rows: Vec<ThreadRow> = Vec::new();
+    for &n in counts {
+        // Warm the cache with one block per thread.
+        let warm: Vec<_> = (0..n).map(|_| pool.alloc(block(size))).collect();
+        drop(warm);
+        pool.submitted();
+        let (done, hits) = (AtomicBool::new(false), AtomicU64::new(0));
+        let start = Barrier::new(n + 1);
+        let elapsed = std::thread::scope(|s| {
+            for _ in 0..n {
+                s.spawn(|| {
+                    start.wait();
+                    let mut k = 0u64;
+                    while !done.load(Ordering::Relaxed) {
+                        for _ in 0..64 {
+                            let b = pool.alloc(block(black_box(size))).expect("cached");
+                            drop(black_box(b));
+                            pool.submitted();
+                        }
+                        k += 64;
+                    }
+                    hits.fetch_add(k, Ordering::Relaxed);
+                });
+            }
+            start.wait();
+            let t = Instant::now();
+            std::thread::sleep(budget);
+            done.store(true, Ordering::Relaxed);
+            t.elapsed()
+        });
+        let hits_per_s = hits.load(Ordering::Relaxed) as f64 / elapsed.as_secs_f64();
+        let base = rows.first().map_or(hits_per_s, |r| r.hits_per_s);
+        rows.push(ThreadRow {
+            threads: n,
+            size,
+            hits_per_s,
+            scaling: hits_per_s / base,
+        });
+    }
+    pool.empty_cache();
+    rows
+}
+
 /// Measures every size on `device` (or only the engine when `None`).
 pub fn run(
     gpu: Option<(&wgpu::Device, &wgpu::Queue)>,

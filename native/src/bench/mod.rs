@@ -23,6 +23,11 @@ pub struct BenchArgs {
     /// Time spent measuring each figure, in milliseconds.
     #[arg(long, default_value_t = 300)]
     time_ms: u64,
+    /// Also run this many threads at once on one pool, each allocating and
+    /// dropping a 4 KiB block in a loop, and report hits per second in all and
+    /// the scaling over the first count (e.g. `--threads 1,2,4,8`; on a GPU).
+    #[arg(long, value_delimiter = ',')]
+    threads: Vec<usize>,
 }
 
 /// Runs `vrampool bench`.
@@ -48,12 +53,32 @@ pub fn command(a: &BenchArgs, c: &Common) -> Result<ExitCode> {
         Target::Gpu { device, queue, .. } => Some((device, queue)),
         Target::Simulated { .. } => None,
     };
-    let rows = measure::run(gpu, &sizes, Duration::from_millis(a.time_ms), &pb)?;
+    if let Some(&0) = a.threads.iter().find(|&&n| n == 0) {
+        bail!("--threads: give counts of at least 1 thread");
+    }
+    if !a.threads.is_empty() && gpu.is_none() {
+        bail!("--threads measures the pool on a GPU; drop --simulate");
+    }
+    let budget = Duration::from_millis(a.time_ms);
+    let rows = measure::run(gpu, &sizes, budget, &pb)?;
     pb.finish_and_clear();
+    let threads = match gpu {
+        Some((device, queue)) if !a.threads.is_empty() => {
+            let pool = vrampool::Pool::new(
+                device.clone(),
+                queue.clone(),
+                vrampool::PoolOptions::default(),
+            )?;
+            measure::threads(&pool, &a.threads, 4 << 10, budget)
+        }
+        _ => Vec::new(),
+    };
     if c.json {
         outln!(
             "{}",
-            serde_json::to_string_pretty(&json!({"device": target.name(), "rows": rows}))?
+            serde_json::to_string_pretty(
+                &json!({"device": target.name(), "rows": rows, "threads": threads})
+            )?
         );
         return Ok(ExitCode::SUCCESS);
     }
@@ -87,6 +112,18 @@ pub fn command(a: &BenchArgs, c: &Common) -> Result<ExitCode> {
             x(r.ratio_live),
             r.engine_ns_per_op
         );
+    }
+    if !threads.is_empty() {
+        outln!("threads on one pool, 4 KiB hits (alloc + drop + submitted):");
+        outln!("{:>8} {:>14} {:>8}", "threads", "hits/s", "scaling");
+        for r in threads {
+            outln!(
+                "{:>8} {:>14.0} {:>7.2}x",
+                r.threads,
+                r.hits_per_s,
+                r.scaling
+            );
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
