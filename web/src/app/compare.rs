@@ -260,7 +260,7 @@ async fn start(page: Page, source: String, speed: f64) {
     }
 }
 
-/// The side-by-side panel.
+/// The side-by-side panel; on the page's first look it compares the first sample.
 #[component]
 pub fn ComparePanel() -> impl IntoView {
     let page = expect_context::<Page>();
@@ -284,6 +284,8 @@ pub fn ComparePanel() -> impl IntoView {
             None => page.fail("press compare first: the budgets are found for its trace"),
         }
     };
+    // The first look shows what the project is for: the first sample, compared.
+    spawn_local(start(page, SAMPLES[0].to_string(), 10_000.0));
     let upload_name = move || {
         page.uploaded
             .with(|t| t.as_ref().map(|t| format!("your upload: {}", t.name)))
@@ -446,6 +448,7 @@ fn CompareTable() -> impl IntoView {
     let rows = Memo::new(move |_| view.with(|v| (v.figures, v.budgets)));
     view! {
         <table id="compare-table"
+               data-id=move || view.with(|v| v.id.to_string())
                data-done=move || view.with(|v| v.done.to_string())
                data-trace=move || view.with(|v| v.trace.clone())
                data-events=move || view.with(|v| v.position.to_string())
