@@ -32,7 +32,7 @@ async fn pool(limit: Option<u64>) -> Pool {
 
 #[wasm_bindgen_test]
 async fn async_oom_releases_the_cache_retries_and_reports() {
-    // Requests above 4 MiB get segments of their own under a limit.
+    // Under a limit, requests above 256 KiB get segments of their own.
     let p = pool(Some(16 << 20)).await;
     let a = p.alloc_async(AllocDesc::storage(5 << 20)).await.unwrap();
     let b = p.alloc_async(AllocDesc::storage(5 << 20)).await.unwrap();
@@ -269,24 +269,44 @@ async fn bytes_written_to_a_block_read_back_through_a_pool_staging_buffer() {
 async fn a_device_refusal_in_the_browser_takes_the_ladder_and_changes_no_figure() {
     // The device refuses through the browser's asynchronous error scopes (the
     // fault injector answers them with wgpu's out-of-memory error): first
-    // the planned segment only, then every step of the ladder.
+    // the planned segment only, then every step of the ladder. As in
+    // tests/tests/gpu.rs, a 64 MiB block allocated and dropped sets the high
+    // water (so 1200 KiB is a medium request, planned in a packed segment
+    // bigger than itself) and leaves a segment of cache to release.
     use vrampool::fault::{Fault, Faults};
     let (_, device, queue) = vrampool_web::open_webgpu().await.expect("WebGPU");
     let faults = Faults::new();
     let options = PoolOptions {
+        config: Config {
+            headroom: None,
+            ..Config::default()
+        },
         faults: Some(faults.clone()),
         ..PoolOptions::default()
     };
     let p = Pool::new(device, queue, options).unwrap();
-    let desc = AllocDesc::storage(5 << 20).read_only();
+    let _keep = p
+        .alloc_async(AllocDesc::storage(4096).read_write())
+        .await
+        .unwrap();
+    drop(
+        p.alloc_async(AllocDesc::storage(64 << 20).read_write())
+            .await
+            .unwrap(),
+    );
+    p.submitted();
+    let creates = faults.creates();
     faults.refuse(1, Fault::OutOfMemory);
-    let b = p.alloc_async(desc).await.unwrap();
+    let b = p
+        .alloc_async(AllocDesc::storage(1200 << 10).read_only())
+        .await
+        .unwrap();
     assert_eq!(
-        faults.creates(),
+        faults.creates() - creates,
         2,
         "the planned segment, then just the request"
     );
-    assert_eq!(b.size(), 5 << 20);
+    assert_eq!(b.size(), 1200 << 10);
     drop(b);
     p.submitted();
     let before = p.stats();
@@ -294,7 +314,11 @@ async fn a_device_refusal_in_the_browser_takes_the_ladder_and_changes_no_figure(
     for n in 1..=3 {
         faults.refuse(n, Fault::OutOfMemory);
     }
-    let Err(err) = p.alloc_async(AllocDesc::storage(9 << 20).read_only()).await else {
+    // Not served by the cached 1200 KiB block: a packed segment is planned.
+    let Err(err) = p
+        .alloc_async(AllocDesc::storage(1300 << 10).read_only())
+        .await
+    else {
         panic!("the device refused every step")
     };
     assert!(
