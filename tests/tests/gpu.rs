@@ -637,6 +637,9 @@ fn a_real_device_out_of_memory_is_caught_released_and_reported() {
     // After freeing, allocation works again; every buffer handed out is valid.
     let device_allocs = pool.stats().counters.device_allocs;
     held.truncate(held.len() - 2);
+    // Dropped blocks are reusable once the work that may use them is
+    // submitted (the default `Reuse::AfterSubmit`); none was recorded here.
+    pool.submitted();
     let again = pool.alloc(AllocDesc::storage(OOM_CHUNK)).unwrap();
     assert_eq!(
         pool.stats().counters.device_allocs,
@@ -644,6 +647,7 @@ fn a_real_device_out_of_memory_is_caught_released_and_reported() {
         "a cache hit"
     );
     drop(again);
+    pool.submitted();
     assert_eq!(pool.empty_cache(), 2 * OOM_CHUNK);
     held.push(pool.alloc(AllocDesc::storage(OOM_CHUNK)).unwrap());
     let ranges: Vec<Range> = held.iter().map(|b| Range::from(&**b)).collect();
@@ -659,7 +663,8 @@ fn alloc_async_catches_a_real_out_of_memory_after_the_fact() {
         pollster::block_on(p.alloc_async(AllocDesc::storage(OOM_CHUNK)))
     });
     held.truncate(held.len() - 2);
-    pool.empty_cache();
+    pool.submitted();
+    assert_eq!(pool.empty_cache(), 2 * OOM_CHUNK);
     held.push(pollster::block_on(pool.alloc_async(AllocDesc::storage(OOM_CHUNK))).unwrap());
     let ranges: Vec<Range> = held.iter().map(|b| Range::from(&**b)).collect();
     assert_eq!(tagger.tag_and_verify(&ranges), 0);

@@ -13,9 +13,9 @@ use super::ReplayReport;
 /// ```
 /// use vrampool::trace::DeviceCost;
 /// let h200 = DeviceCost::H200_VULKAN;
-/// // One 256 MiB segment: about 9.6 ms on the H200, as measured there.
+/// // One 256 MiB segment: about 7.4 ms on the H200.
 /// let ms = h200.estimate_ms(1, 256 << 20, 0);
-/// assert!((9.0..10.0).contains(&ms));
+/// assert!((7.0..8.0).contains(&ms));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct DeviceCost {
@@ -30,12 +30,14 @@ pub struct DeviceCost {
 impl DeviceCost {
     /// An NVIDIA H200 through wgpu 30 on Vulkan, as measured there:
     /// `create_buffer` + `destroy` about 1 µs for buffers up to 16 MiB that
-    /// wgpu's allocator sub-allocates, and segment memory about 35–40 µs per
-    /// MiB created (0.65 ms at 16 MiB, 8–10 ms at 256 MiB). Destroying is
+    /// wgpu's allocator sub-allocates, and 28.8 µs per MiB created — the
+    /// least-squares fit (with the 1 µs fixed) to the wall time of 54 whole
+    /// trace replays on the H200 (18 traces × 3 policies, BENCHMARKS.md);
+    /// single large buffers in `bench` cost 35–40 µs per MiB. Destroying is
     /// counted at the fixed cost.
     pub const H200_VULKAN: DeviceCost = DeviceCost {
         per_create_us: 1.0,
-        per_mib_us: 37.5,
+        per_mib_us: 28.8,
         per_destroy_us: 1.0,
     };
 
