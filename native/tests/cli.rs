@@ -143,7 +143,13 @@ fn bench_pool_hit_is_cheaper_than_create_buffer() {
 #[test]
 fn bench_threads_reports_hits_per_second_and_scaling() {
     let v = json(vrampool().args([
-        "bench", "--sizes", "4096", "--time-ms", "30", "--threads", "1,2",
+        "bench",
+        "--sizes",
+        "4096",
+        "--time-ms",
+        "30",
+        "--threads",
+        "1,2",
     ]));
     let rows = v["threads"].as_array().unwrap();
     assert_eq!(rows.len(), 2, "{v}");
@@ -156,7 +162,11 @@ fn bench_threads_reports_hits_per_second_and_scaling() {
         assert!((f(&r["scaling"]) - want).abs() < 1e-9, "{r}");
     }
     refuses(&["bench", "--threads", "0"], &[], "at least 1 thread");
-    refuses(&["bench", "--simulate", "--threads", "2"], &[], "drop --simulate");
+    refuses(
+        &["bench", "--simulate", "--threads", "2"],
+        &[],
+        "drop --simulate",
+    );
 }
 
 #[test]
