@@ -300,6 +300,7 @@ try {
   // gpt_train too, with a screenshot half way (the README's).
   await page.selectOption('#compare-source', 'gpt_train');
   await startCompare();
+  await page.evaluate(() => window.scrollTo(0, 0));
   await waitFor('gpt_train half way', async () => (await num('#compare-chart', 'data-position')) > 4500);
   await page.screenshot({ path: join(out, 'page-compare.png') });
   await waitFor('gpt_train compared', async () => (await page.locator('#compare-table').getAttribute('data-done')) === 'true', 120_000);
@@ -370,6 +371,9 @@ try {
   await page.click('#btn-free-all');
   await page.fill('#budget', '');
   await page.click('#btn-apply');
+  // The figures are the tick's (20 Hz): wait for the frees to show before
+  // taking the base, or a stale figure makes the next wait unreachable.
+  await waitFor('the frees to show', async () => (await num('#stat-allocated')) === 0);
   const base = await num('#stat-allocated');
   await page.click('#btn-alloc');
   await waitFor('16 MiB more live', async () => (await num('#stat-allocated')) === base + 16 * 2 ** 20);
