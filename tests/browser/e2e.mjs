@@ -240,6 +240,15 @@ try {
   frames.compare_resnet_train = frameFigures(cft, 7098, (await num('#compare-table', 'data-millis')) / 1000);
   // The stacked view at the peak has its bands.
   assert.ok((await num('#peak-stack', 'data-bands')) > 10);
+  // Hovering the charts reads out the figures under the pointer.
+  const box = await page.locator('#compare-chart').boundingBox();
+  await page.locator('#compare-chart').hover({ position: { x: box.width * 0.5, y: box.height * 0.5 } });
+  await waitFor('the chart readout', async () => /^events to [\d\u2009]+.*: live .* vrampool reserved .* PyTorch's scheme reserved/
+    .test(await page.locator('#compare-readout').textContent()));
+  const tl = await page.locator('#timeline').boundingBox();
+  await page.locator('#timeline').hover({ position: { x: tl.width * 0.6, y: tl.height * 0.5 } });
+  await waitFor('the timeline readout', async () => /^at [\d.]+ s: allocated .*, reserved .*, cached /
+    .test(await page.locator('#timeline-readout').textContent()));
 
   // The smallest budgets, on request, are the harness's --min-budget.
   await page.click('#compare-budget');
@@ -339,6 +348,12 @@ try {
   await waitFor('the recording compared', async () => (await page.locator('#compare-table').getAttribute('data-done')) === 'true', 120_000);
   await checkCompareTable(csvPath, 'the recording');
   step('the recording, uploaded, replays on the pool and compares side by side as the harness does');
+  // The page's own recording as it stands compares side by side too.
+  await page.selectOption('#compare-source', 'recording');
+  await startCompare();
+  assert.equal(await page.locator('#compare-table').getAttribute('data-trace'), 'page recording');
+  await waitFor('the page recording compared', async () => (await page.locator('#compare-table').getAttribute('data-done')) === 'true', 120_000);
+  assert.ok((await num('#compare-table', 'data-events')) > recorded, 'it holds the replays since the download too');
 
   // 5. A malformed trace: a clear message, and the page keeps working.
   await page.setInputFiles('#trace-file', {
