@@ -37,6 +37,7 @@ struct Row {
     #[serde(default)]
     held_out: bool,
     peak_live: u64,
+    peak_reserved: u64,
     ratio: f64,
     device_allocs: u64,
     bytes_created: u64,
@@ -107,6 +108,7 @@ fn measure() -> Vec<Row> {
                     policy: policy.to_string(),
                     held_out,
                     peak_live: t.peak_live,
+                    peak_reserved: r.peak_reserved,
                     ratio: (r.reserved_ratio * 1000.0).round() / 1000.0,
                     device_allocs: r.device_allocs,
                     bytes_created: r.segment_bytes_created,
@@ -168,17 +170,17 @@ const MIB: f64 = (1u64 << 20) as f64;
 /// The standing targets a row of the default policy misses, against the
 /// PyTorch preset's row of the same trace and scale: `R` peak reserved above
 /// 1.10 × peak live + 2 MiB or above PyTorch's; `M` smallest budget above
-/// 1.03 × peak live + 1 MiB or above PyTorch's; at full size, `A` more device
-/// allocations and `B` more bytes of segments created than PyTorch.
+/// 1.03 × peak live + 1 MiB or above PyTorch's (budgets are found on a 0.001
+/// grid, rounded up, so the bound allows one step); at full size, `A` more
+/// device allocations and `B` more bytes of segments created than PyTorch.
 fn missed(v: &Row, p: &Row) -> String {
     let live = v.peak_live as f64;
-    let reserved = |r: &Row| r.ratio * live;
     let budget = |r: &Row| r.min_budget.unwrap_or(f64::INFINITY);
     let mut out = String::new();
-    if reserved(v) > 1.10 * live + 2.0 * MIB + 0.001 * live || v.ratio > p.ratio {
+    if v.peak_reserved as f64 > 1.10 * live + 2.0 * MIB || v.peak_reserved > p.peak_reserved {
         out.push('R');
     }
-    if budget(v) * live > 1.03 * live + MIB + 0.001 * live || budget(v) > budget(p) {
+    if budget(v) * live > (1.03 + 0.001) * live + MIB || budget(v) > budget(p) {
         out.push('M');
     }
     if v.scale == 1 && v.device_allocs > p.device_allocs {
@@ -205,8 +207,7 @@ const GAPS: &[(&str, u64, &str)] = &[
     ("gpt_train", 16, "R"),
     ("llm_decode", 64, "M"),
     ("lstm_train", 1, "AB"),
-    ("lstm_train", 64, "R"),
-    ("model_swap", 1, "RAB"),
+    ("model_swap", 1, "AB"),
     ("model_swap", 16, "R"),
     ("resnet_train", 1, "B"),
     ("resnet_train", 64, "R"),

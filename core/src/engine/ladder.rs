@@ -117,7 +117,7 @@ impl<B: Backend> Engine<B> {
             } else {
                 self.counters.alloc_retries += 1;
                 retried = true;
-                self.release((self.held() + rounded).saturating_sub(limit));
+                self.release_ordered((self.held() + rounded).saturating_sub(limit));
                 if self.held() + rounded > limit {
                     return Err(self.oom(req.size, false));
                 }
@@ -131,13 +131,18 @@ impl<B: Backend> Engine<B> {
             if size > rounded && self.held() + rounded <= target {
                 size = self.fit(size, rounded, target);
             } else if self.churning() {
-                // The headroom has released as much as the workload's high
-                // water since it last grew: the loop needs more than the
-                // target, so grow the target instead of re-creating again.
-                self.headroom_credit += size;
+                // The headroom has released churn_limit × the high water since
+                // the target last grew: the loop needs more than the target, so
+                // grow the target (up to its cap) instead of re-creating again.
+                let cap = (self.config.max_headroom_credit * self.high_water as f64) as u64;
+                self.headroom_credit = self.headroom_credit.saturating_add(size).min(cap);
                 self.soft_released = 0;
+                let target = self.soft_target(rounded).unwrap_or(u64::MAX);
+                self.soft_released +=
+                    self.release_ordered((self.held() + size).saturating_sub(target));
             } else {
-                self.soft_released += self.release((self.held() + size).saturating_sub(target));
+                self.soft_released +=
+                    self.release_ordered((self.held() + size).saturating_sub(target));
             }
         }
         let label = format!(
@@ -231,7 +236,12 @@ impl<B: Backend> Engine<B> {
 
     /// Whether the soft headroom has released [`Config::churn_limit`] × the
     /// high water since its target last grew, and may still grow it.
-    fn churning(&self) -> bool {
+    fn churning(&mut self) -> bool {
+        if self.high_water > self.soft_high {
+            // The target grew with the workload: count afresh.
+            self.soft_high = self.high_water;
+            self.soft_released = 0;
+        }
         let high = self.high_water as f64;
         self.config.churn_limit > 0.0
             && self.soft_released as f64 >= self.config.churn_limit * high

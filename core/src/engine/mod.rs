@@ -105,17 +105,14 @@ pub struct Engine<B: Backend> {
     /// What the soft headroom's target grew by to stop churn (see
     /// [`Config::churn_limit`]).
     headroom_credit: u64,
+    /// The high water when `soft_released` last started from 0.
+    soft_high: u64,
 }
 
 impl<B: Backend> Engine<B> {
     /// Makes an engine over `backend`; preallocates if the config asks.
     pub fn new(backend: B, config: Config) -> Result<Self> {
-        if config.alignment == 0 || !config.alignment.is_power_of_two() {
-            return Err(Error::Config(format!(
-                "alignment must be a power of two, got {}",
-                config.alignment
-            )));
-        }
+        config.validate().map_err(Error::Config)?;
         let max_segment = config
             .max_segment_size
             .map_or(backend.max_segment_size(), |m| {
@@ -149,6 +146,7 @@ impl<B: Backend> Engine<B> {
             defer_mark: 0,
             soft_released: 0,
             headroom_credit: 0,
+            soft_high: 0,
         };
         engine.limit = engine.resolve_limit(engine.config.limit)?;
         if let Growth::Preallocate(bytes) = engine.config.growth {
@@ -194,7 +192,7 @@ impl<B: Backend> Engine<B> {
         self.limit = self.resolve_limit(limit)?;
         self.config.limit = limit;
         if let Some(l) = self.limit {
-            self.release(self.total.reserved_bytes.current.saturating_sub(l));
+            self.release_ordered(self.total.reserved_bytes.current.saturating_sub(l));
         }
         Ok(())
     }
@@ -210,9 +208,25 @@ impl<B: Backend> Engine<B> {
         self.trim_cache();
     }
 
-    /// Sets the soft headroom (see [`Config::headroom`]).
-    pub fn set_headroom(&mut self, headroom: Option<f64>) {
+    /// Sets the soft headroom (see [`Config::headroom`]) and starts its churn
+    /// count and credit afresh. A headroom that is negative or not finite is
+    /// refused and changes nothing.
+    pub fn set_headroom(&mut self, headroom: Option<f64>) -> Result<()> {
+        let config = Config {
+            headroom,
+            ..self.config.clone()
+        };
+        config.validate().map_err(Error::Config)?;
         self.config.headroom = headroom;
+        self.reset_churn();
+        Ok(())
+    }
+
+    /// Forgets what the soft headroom released and the credit it granted.
+    pub(super) fn reset_churn(&mut self) {
+        self.soft_released = 0;
+        self.headroom_credit = 0;
+        self.soft_high = self.high_water;
     }
 
     /// Registers an observer called on every out-of-memory, after the cache

@@ -87,14 +87,25 @@ impl<B: Backend> Engine<B> {
         } else {
             self.find_free(pool, class, rounded)
         };
-        found.or_else(|| {
-            let packed = matches!(class, SegmentClass::Small | SegmentClass::Medium);
-            if packed && self.placement().reuse_large_blocks {
-                self.find_free(pool, SegmentClass::Large, rounded)
-            } else {
-                None
-            }
-        })
+        found
+            .or_else(|| {
+                let packed = matches!(class, SegmentClass::Small | SegmentClass::Medium);
+                if packed && self.placement().reuse_large_blocks {
+                    self.find_free(pool, SegmentClass::Large, rounded)
+                } else {
+                    None
+                }
+            })
+            .or_else(|| {
+                // Medium segments made before a hard limit was set: under one
+                // no request may be medium, so any may use their free space.
+                let other = !matches!(class, SegmentClass::Medium | SegmentClass::Exclusive);
+                if other && self.limit.is_some() && !self.config.shared_large_pool {
+                    self.find_free(pool, SegmentClass::Medium, rounded)
+                } else {
+                    None
+                }
+            })
     }
 
     /// Best fit: the smallest free block of `class` that holds `rounded`, if

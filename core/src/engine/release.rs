@@ -19,18 +19,27 @@ pub(super) enum Measure {
 }
 
 impl<B: Backend> Engine<B> {
-    /// Releases unpinned segments that hold no live block, in
-    /// [`Config::release_order`](crate::Config::release_order), until at least
-    /// `need` bytes are released (`u64::MAX`: all of them). Segments holding
-    /// pending blocks go last: the backend can only abandon them. Returns the
-    /// bytes released. (Largest-first and best-fit orders were measured on the
-    /// traces too and hold more memory; see BENCHMARKS.md.)
+    /// Releases unpinned segments that hold no live block, least recently
+    /// used first, until at least `need` bytes are released (`u64::MAX`: all
+    /// of them). Segments holding pending blocks go last: the backend can only
+    /// abandon them. Returns the bytes released. (Largest-first and best-fit
+    /// orders were measured on the traces too and hold more memory; see
+    /// BENCHMARKS.md.)
     pub(super) fn release(&mut self, need: u64) -> u64 {
-        self.release_measured(need, Measure::Reserved)
+        self.release_measured(need, Measure::Reserved, ReleaseOrder::LeastRecentlyUsed)
+    }
+
+    /// What the soft headroom and the hard limit release: [`Engine::release`]
+    /// in [`Config::release_order`](crate::Config::release_order). (The cache
+    /// limit keeps least recently used first: it trims after every free, and
+    /// the segment just freed is the one a loop wants next.)
+    pub(super) fn release_ordered(&mut self, need: u64) -> u64 {
+        let order = self.config.release_order;
+        self.release_measured(need, Measure::Reserved, order)
     }
 
     /// [`Engine::release`] with `need` counted in `measure`.
-    fn release_measured(&mut self, need: u64, measure: Measure) -> u64 {
+    fn release_measured(&mut self, need: u64, measure: Measure, order: ReleaseOrder) -> u64 {
         if need == 0 {
             return 0;
         }
@@ -45,7 +54,7 @@ impl<B: Backend> Engine<B> {
                 _ => None,
             })
             .collect();
-        match self.config.release_order {
+        match order {
             ReleaseOrder::MostRecentlyUsed => {
                 candidates.sort_unstable_by_key(|&(pending, used, size, i)| {
                     (pending, Reverse(used), size, i)
@@ -77,7 +86,11 @@ impl<B: Backend> Engine<B> {
         if let Some(limit) = self.config.cache_limit
             && self.total.cached_bytes.current > limit
         {
-            self.release_measured(self.total.cached_bytes.current - limit, Measure::Cached);
+            self.release_measured(
+                self.total.cached_bytes.current - limit,
+                Measure::Cached,
+                ReleaseOrder::LeastRecentlyUsed,
+            );
         }
     }
 

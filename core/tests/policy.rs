@@ -1,0 +1,226 @@
+//! The policy's knobs, each on a workload made to show it: the cache limit
+//! keeps the segment a loop reuses, medium segments made before a hard limit
+//! still serve under it, the churn limit stops a loop from re-creating its
+//! segments and never grows the headroom past its cap, and configurations
+//! that cannot work are refused with the field's name.
+
+use vrampool::{Config, Engine, Error, Limit, ReleaseOrder, Request, SimulatedDevice};
+
+const MIB: u64 = 1 << 20;
+
+fn engine(config: Config) -> Engine<SimulatedDevice> {
+    Engine::new(SimulatedDevice::new(64 << 30), config).unwrap()
+}
+
+/// Allocates `size` and frees it at once.
+fn touch(e: &mut Engine<SimulatedDevice>, size: u64) {
+    let a = e.allocate(Request::new(size, 0)).unwrap();
+    e.free(a.id).unwrap();
+}
+
+#[test]
+fn the_cache_limit_keeps_the_segment_a_loop_reuses() {
+    // A stale 30 MiB segment and a loop over one 50 MiB tensor, under a 64 MiB
+    // cache limit: the stale segment goes, the loop's stays (one device
+    // allocation for the loop, not one per iteration).
+    let mut e = engine(Config {
+        headroom: None,
+        cache_limit: Some(64 * MIB),
+        ..Config::default()
+    });
+    touch(&mut e, 30 * MIB);
+    for _ in 0..100 {
+        touch(&mut e, 50 * MIB);
+    }
+    let s = e.stats();
+    assert_eq!(s.counters.device_allocs, 2, "{:?}", s.counters);
+    assert!(s.total.cached_bytes.current <= 64 * MIB);
+    e.check_invariants().unwrap();
+}
+
+#[test]
+fn medium_segments_made_before_a_limit_still_serve_under_it() {
+    // Without a limit an 8 MiB tensor after a 1 GiB high water is medium and
+    // lands in a shared medium segment; a limit set then must not strand that
+    // segment's free space (no request is medium under a limit).
+    let mut e = engine(Config::default());
+    let _big = e.allocate(Request::new(1 << 30, 0)).unwrap();
+    let _kept = e.allocate(Request::new(8 * MIB, 0)).unwrap();
+    touch(&mut e, 8 * MIB);
+    let reserved = e.stats().total.reserved_bytes.current;
+    assert!(e.stats().total.cached_bytes.current >= 16 * MIB);
+    e.set_limit(Some(Limit::Bytes(reserved))).unwrap();
+    let allocs = e.stats().counters.device_allocs;
+    let held: Vec<_> = [512 << 10, 2 * MIB, 3 * MIB]
+        .into_iter()
+        .map(|size| e.allocate(Request::new(size, 0)).unwrap())
+        .collect();
+    assert_eq!(
+        e.stats().counters.device_allocs,
+        allocs,
+        "served by the medium segment"
+    );
+    assert_eq!(held.len(), 3);
+    e.check_invariants().unwrap();
+}
+
+/// 1000 MiB live, then iterations of a 400 MiB and a 150 MiB tensor in turn:
+/// the 150 MiB one may not split the cached 400 MiB block (it is above the
+/// split guard), and both segments together are above the soft target
+/// (1.085 × 1400 MiB), so each iteration releases one to create the other
+/// until the churn limit grows the target. Returns the device allocations
+/// made in the first 10 iterations and in the 40 after them, and the engine.
+fn alternate(config: Config) -> (u64, u64, Engine<SimulatedDevice>) {
+    let mut e = engine(config);
+    let live = e.allocate(Request::new(1000 * MIB, 0)).unwrap();
+    let allocs = |e: &Engine<SimulatedDevice>| e.stats().counters.device_allocs;
+    for _ in 0..10 {
+        touch(&mut e, 400 * MIB);
+        touch(&mut e, 150 * MIB);
+    }
+    let first = allocs(&e);
+    for _ in 0..40 {
+        touch(&mut e, 400 * MIB);
+        touch(&mut e, 150 * MIB);
+    }
+    let later = allocs(&e) - first;
+    e.free(live.id).unwrap();
+    (first, later, e)
+}
+
+#[test]
+fn the_churn_limit_stops_a_loop_from_recreating_its_segments() {
+    let (_, later, _) = alternate(Config {
+        churn_limit: 0.0,
+        ..Config::default()
+    });
+    assert_eq!(
+        later, 80,
+        "the negative control re-creates twice an iteration"
+    );
+    let (first, later, e) = alternate(Config::default());
+    assert_eq!(later, 0, "no device allocation once the target grew");
+    assert!(first <= 20, "{first} device allocations before it grew");
+    // The target grew by at most the cap: 0.2 × the high water.
+    let high = 1400.0 * MIB as f64;
+    let peak = e.stats().total.reserved_bytes.peak as f64;
+    assert!(
+        peak <= high * (1.085 + 0.2) + 1.0,
+        "peak reserved {} MiB",
+        peak as u64 / MIB
+    );
+    e.check_invariants().unwrap();
+}
+
+#[test]
+fn the_headroom_credit_never_passes_its_cap() {
+    // 100 MiB live and 1000 / 400 MiB tensors in turn need 1.36 × the high
+    // water to stop churning: more than the cap allows, so the pool keeps
+    // churning rather than hold more than (1.085 + 0.2) × the high water.
+    let mut e = engine(Config::default());
+    let _live = e.allocate(Request::new(100 * MIB, 0)).unwrap();
+    for _ in 0..50 {
+        touch(&mut e, 1000 * MIB);
+        touch(&mut e, 400 * MIB);
+    }
+    let high = 1100.0 * MIB as f64;
+    let peak = e.stats().total.reserved_bytes.peak as f64;
+    assert!(
+        peak <= high * (1.085 + 0.2) + 1.0,
+        "{} MiB",
+        peak as u64 / MIB
+    );
+}
+
+#[test]
+fn the_soft_release_order_is_a_setting() {
+    // Two cached segments and a request that needs one of them back: the
+    // default gives back the one used last, LeastRecentlyUsed the other.
+    let released_first = |order| {
+        let mut e = engine(Config {
+            release_order: order,
+            headroom_floor: 0,
+            ..Config::default()
+        });
+        let _live = e.allocate(Request::new(1000 * MIB, 0)).unwrap();
+        let _small = e.allocate(Request::new(4096, 0)).unwrap(); // a small segment
+        let a = e.allocate(Request::new(60 * MIB, 0)).unwrap();
+        let b = e.allocate(Request::new(61 * MIB, 0)).unwrap();
+        e.free(b.id).unwrap();
+        touch(&mut e, 4096); // the clock is the request count (served by the small segment)
+        e.free(a.id).unwrap(); // `a` is the most recently used
+        // 1121 MiB high water: a 100 MiB request fits in neither cached block
+        // and needs one released to stay within 1.085 × 1121 MiB.
+        let _c = e.allocate(Request::new(100 * MIB, 0)).unwrap();
+        let left: Vec<u64> = e
+            .snapshot()
+            .segments
+            .iter()
+            .map(|s| s.size / MIB)
+            .filter(|&m| m == 60 || m == 61)
+            .collect();
+        left
+    };
+    assert_eq!(released_first(ReleaseOrder::MostRecentlyUsed), vec![61]);
+    assert_eq!(released_first(ReleaseOrder::LeastRecentlyUsed), vec![60]);
+}
+
+#[test]
+fn configurations_that_cannot_work_are_refused_by_name() {
+    let refused = |config: Config, field: &str| {
+        let err = Engine::new(SimulatedDevice::new(1 << 30), config)
+            .err()
+            .expect("refused");
+        assert!(
+            matches!(&err, Error::Config(m) if m.contains(field)),
+            "{field}: {err}"
+        );
+    };
+    refused(
+        Config {
+            churn_limit: f64::NAN,
+            ..Config::default()
+        },
+        "churn_limit",
+    );
+    refused(
+        Config {
+            churn_limit: -1.0,
+            ..Config::default()
+        },
+        "churn_limit",
+    );
+    refused(
+        Config {
+            max_headroom_credit: f64::INFINITY,
+            ..Config::default()
+        },
+        "max_headroom_credit",
+    );
+    refused(
+        Config {
+            headroom: Some(f64::NAN),
+            ..Config::default()
+        },
+        "headroom",
+    );
+    let mut c = Config::default();
+    c.without_limit.small_segment = 0;
+    refused(c, "without_limit.small_segment");
+    let mut c = Config::default();
+    c.without_limit.small_segment_fraction = f64::INFINITY;
+    refused(c, "small_segment_fraction");
+    let mut c = Config::default();
+    c.under_limit.medium_request_fraction = 1.5;
+    refused(c, "under_limit.medium_request_fraction");
+    let mut c = Config::default();
+    c.without_limit.split_guard = Some(0.0);
+    refused(c, "split_guard");
+    // A bad headroom set later is refused and changes nothing.
+    let mut e = engine(Config::default());
+    assert!(e.set_headroom(Some(-0.5)).is_err());
+    assert!(e.set_headroom(Some(f64::INFINITY)).is_err());
+    e.set_headroom(Some(0.2)).unwrap();
+    touch(&mut e, MIB);
+    e.check_invariants().unwrap();
+}
