@@ -89,44 +89,68 @@ pub struct ThreadRow {
     pub hits_per_s: f64,
     /// `hits_per_s` over the first row's (one thread, when `--threads` starts at 1).
     pub scaling: f64,
+    /// Allocations the cache did not serve while measuring (0 when every
+    /// operation was the hit it is counted as).
+    pub cache_misses: u64,
 }
 
 /// `threads` threads at once each alloc + drop a `size` block from `pool` in a
 /// loop for `budget`; hits per second, all threads together, for each count.
-pub fn threads(pool: &Pool, counts: &[usize], size: u64, budget: Duration) -> Vec<ThreadRow> {
-    use std::sync::Barrier;
+/// An allocation the pool refuses ends the run with its error.
+pub fn threads(
+    pool: &Pool,
+    counts: &[usize],
+    size: u64,
+    budget: Duration,
+) -> Result<Vec<ThreadRow>> {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::{Barrier, Mutex};
     let block = |size| AllocDesc::storage(size).read_write();
     let mut rows: Vec<ThreadRow> = Vec::new();
     for &n in counts {
         // Warm the cache with one block per thread.
-        let warm: Vec<_> = (0..n).map(|_| pool.alloc(block(size))).collect();
+        let warm = (0..n)
+            .map(|_| pool.alloc(block(size)))
+            .collect::<Result<Vec<_>, _>>()?;
         drop(warm);
         pool.submitted();
+        let misses_before = pool.stats().counters.cache_misses;
         let (done, hits) = (AtomicBool::new(false), AtomicU64::new(0));
+        let failed: Mutex<Option<vrampool::Error>> = Mutex::new(None);
         let start = Barrier::new(n + 1);
         let elapsed = std::thread::scope(|s| {
             for _ in 0..n {
                 s.spawn(|| {
                     start.wait();
                     let mut k = 0u64;
-                    while !done.load(Ordering::Relaxed) {
+                    'run: while !done.load(Ordering::Relaxed) {
                         for _ in 0..64 {
-                            let b = pool.alloc(block(black_box(size))).expect("cached");
-                            drop(black_box(b));
+                            match pool.alloc(block(black_box(size))) {
+                                Ok(b) => drop(black_box(b)),
+                                Err(e) => {
+                                    *failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                                    done.store(true, Ordering::Relaxed);
+                                    break 'run;
+                                }
+                            }
                             pool.submitted();
+                            k += 1;
                         }
-                        k += 64;
                     }
                     hits.fetch_add(k, Ordering::Relaxed);
                 });
             }
             start.wait();
             let t = Instant::now();
-            std::thread::sleep(budget);
+            while !done.load(Ordering::Relaxed) && t.elapsed() < budget {
+                std::thread::sleep(Duration::from_millis(1));
+            }
             done.store(true, Ordering::Relaxed);
             t.elapsed()
         });
+        if let Some(e) = failed.into_inner().unwrap_or_else(|p| p.into_inner()) {
+            return Err(e.into());
+        }
         let hits_per_s = hits.load(Ordering::Relaxed) as f64 / elapsed.as_secs_f64();
         let base = rows.first().map_or(hits_per_s, |r| r.hits_per_s);
         rows.push(ThreadRow {
@@ -134,10 +158,11 @@ pub fn threads(pool: &Pool, counts: &[usize], size: u64, budget: Duration) -> Ve
             size,
             hits_per_s,
             scaling: hits_per_s / base,
+            cache_misses: pool.stats().counters.cache_misses - misses_before,
         });
     }
     pool.empty_cache();
-    rows
+    Ok(rows)
 }
 
 /// Measures every size on `device` (or only the engine when `None`).

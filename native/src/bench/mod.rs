@@ -53,8 +53,8 @@ pub fn command(a: &BenchArgs, c: &Common) -> Result<ExitCode> {
         Target::Gpu { device, queue, .. } => Some((device, queue)),
         Target::Simulated { .. } => None,
     };
-    if let Some(&0) = a.threads.iter().find(|&&n| n == 0) {
-        bail!("--threads: give counts of at least 1 thread");
+    if let Some(&n) = a.threads.iter().find(|&&n| n == 0 || n > 1024) {
+        bail!("--threads: give counts from 1 to 1024 threads, got {n}");
     }
     if !a.threads.is_empty() && gpu.is_none() {
         bail!("--threads measures the pool on a GPU; drop --simulate");
@@ -69,7 +69,7 @@ pub fn command(a: &BenchArgs, c: &Common) -> Result<ExitCode> {
                 queue.clone(),
                 vrampool::PoolOptions::default(),
             )?;
-            measure::threads(&pool, &a.threads, 4 << 10, budget)
+            measure::threads(&pool, &a.threads, 4 << 10, budget)?
         }
         _ => Vec::new(),
     };
