@@ -12,7 +12,7 @@ $B info > $OUT/info.txt 2>&1
 echo "== bench $(date +%T)" >> $OUT/log.txt
 timeout 90 $B bench --threads 1,2,4,8,16 --json > $OUT/bench.json 2>> $OUT/log.txt
 echo "== gpu tests --ignored $(date +%T)" >> $OUT/log.txt
-timeout 40 .bin/gpu_tests --ignored --test-threads 1 >> $OUT/log.txt 2>&1
+[ -x .bin/gpu_tests ] && timeout 40 .bin/gpu_tests --ignored --test-threads 1 >> $OUT/log.txt 2>&1
 end=$((SECONDS + ${BUDGET:-400}))
 for t in $(ls -S -r data/traces/*.csv.gz data/traces/heldout/*.csv.gz); do
   for p in vrampool pytorch before; do
