@@ -254,6 +254,15 @@ impl Config {
     }
 }
 
+/// Refuses a knob that must be a finite, non-negative number.
+fn non_negative(name: &str, x: f64) -> Result<(), String> {
+    if x.is_finite() && x >= 0.0 {
+        Ok(())
+    } else {
+        Err(format!("{name} must be finite and not negative, got {x}"))
+    }
+}
+
 impl Placement {
     /// Refuses a profile that cannot work, naming the field.
     fn validate(&self, which: &str) -> Result<(), String> {
@@ -270,12 +279,10 @@ impl Placement {
         fraction("medium_segment_fraction", self.medium_segment_fraction)?;
         fraction("medium_request_fraction", self.medium_request_fraction)?;
         fraction("large_fit", self.large_fit)?;
-        if !(self.small_segment_growth.is_finite() && self.small_segment_growth >= 0.0) {
-            return Err(format!(
-                "{which}.small_segment_growth must be finite and not negative, got {}",
-                self.small_segment_growth
-            ));
-        }
+        non_negative(
+            &format!("{which}.small_segment_growth"),
+            self.small_segment_growth,
+        )?;
         if let Some(k) = self.split_guard
             && !(k.is_finite() && k > 0.0)
         {
@@ -312,19 +319,11 @@ impl Config {
                 self.alignment
             ));
         }
-        if let Some(h) = self.headroom
-            && !(h.is_finite() && h >= 0.0)
-        {
-            return Err(format!("headroom must be finite and not negative, got {h}"));
+        if let Some(h) = self.headroom {
+            non_negative("headroom", h)?;
         }
-        for (name, x) in [
-            ("churn_limit", self.churn_limit),
-            ("max_headroom_credit", self.max_headroom_credit),
-        ] {
-            if !(x.is_finite() && x >= 0.0) {
-                return Err(format!("{name} must be finite and not negative, got {x}"));
-            }
-        }
+        non_negative("churn_limit", self.churn_limit)?;
+        non_negative("max_headroom_credit", self.max_headroom_credit)?;
         self.under_limit.validate("under_limit")?;
         self.without_limit.validate("without_limit")
     }

@@ -130,17 +130,17 @@ impl<B: Backend> Engine<B> {
         {
             if size > rounded && self.held() + rounded <= target {
                 size = self.fit(size, rounded, target);
-            } else if self.churning() {
-                // The headroom has released churn_limit × the high water since
-                // the target last grew: the loop needs more than the target, so
-                // grow the target (up to its cap) instead of re-creating again.
-                let cap = (self.config.max_headroom_credit * self.high_water as f64) as u64;
-                self.headroom_credit = self.headroom_credit.saturating_add(size).min(cap);
-                self.soft_released = 0;
-                let target = self.soft_target(rounded).unwrap_or(u64::MAX);
-                self.soft_released +=
-                    self.release_ordered((self.held() + size).saturating_sub(target));
             } else {
+                let mut target = target;
+                if self.churning() {
+                    // The headroom has released churn_limit × the high water
+                    // since the target last grew: the loop needs more than the
+                    // target, so grow it (up to its cap) instead of re-creating.
+                    let cap = (self.config.max_headroom_credit * self.high_water as f64) as u64;
+                    self.headroom_credit = self.headroom_credit.saturating_add(size).min(cap);
+                    self.soft_released = 0;
+                    target = self.soft_target(rounded).unwrap_or(target);
+                }
                 self.soft_released +=
                     self.release_ordered((self.held() + size).saturating_sub(target));
             }
@@ -229,7 +229,8 @@ impl<B: Backend> Engine<B> {
             .high_water
             .max(self.total.allocated_bytes.current + rounded);
         Some(
-            ((peak as f64 * (1.0 + h)) as u64 + self.headroom_credit)
+            ((peak as f64 * (1.0 + h)) as u64)
+                .saturating_add(self.headroom_credit)
                 .max(self.config.headroom_floor),
         )
     }

@@ -142,12 +142,8 @@ impl Pool {
     pub fn new(device: wgpu::Device, queue: wgpu::Queue, options: PoolOptions) -> Result<Pool> {
         let limits = device.limits();
         let mut config = options.config;
-        if !config.alignment.is_power_of_two() {
-            return Err(Error::Config(format!(
-                "alignment must be a power of two, got {}",
-                config.alignment
-            )));
-        }
+        // Before the alignment is raised to the device's, which would hide a bad one.
+        config.validate().map_err(Error::Config)?;
         config.alignment = config
             .alignment
             .max(limits.min_storage_buffer_offset_alignment as u64)
