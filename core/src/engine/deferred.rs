@@ -40,6 +40,16 @@ impl<B: Backend> Engine<B> {
     /// # Ok::<(), vrampool::Error>(())
     /// ```
     pub fn defer_free(&mut self, id: BlockId) -> Result<()> {
+        let mark = self.defer_mark;
+        self.defer_free_at(id, mark)
+    }
+
+    /// [`Engine::defer_free`] with the caller's own mark: the block waits for
+    /// a [`Engine::reclaim_deferred`] of `mark` or later. The wgpu binding
+    /// counts its submits itself (so that learning of one takes no lock), and
+    /// blocks its handle cache gives back late keep the mark of their drop,
+    /// which may be older than the newest deferred block's.
+    pub(crate) fn defer_free_at(&mut self, id: BlockId, mark: u64) -> Result<()> {
         let b = self.take_live(id)?;
         let block = &mut self.blocks[b as usize];
         block.state = BlockState::Pending;
@@ -51,12 +61,28 @@ impl<B: Backend> Engine<B> {
             st.pending_bytes.add(size);
             st.pending_blocks.add(1);
         }
-        self.deferred.push_back(Deferred {
-            mark: self.defer_mark,
-            block: b,
-            generation,
-        });
+        // Oldest mark first; a late block's place is near the back.
+        let at = self.deferred.len()
+            - self
+                .deferred
+                .iter()
+                .rev()
+                .take_while(|d| d.mark > mark)
+                .count();
+        self.deferred.insert(
+            at,
+            Deferred {
+                mark,
+                block: b,
+                generation,
+            },
+        );
         Ok(())
+    }
+
+    /// Whether any block waits for a mark.
+    pub(crate) fn has_deferred(&self) -> bool {
+        !self.deferred.is_empty()
     }
 
     /// A mark covering every block deferred so far: pass it to

@@ -112,6 +112,15 @@ pub enum InvariantError {
         /// How often it is listed.
         times: u32,
     },
+    /// A block the wgpu binding's front cache holds is not live in the
+    /// engine, or is held twice (invariant 12).
+    #[error("parked block {block}: {why}")]
+    Parked {
+        /// The block.
+        block: String,
+        /// What is wrong.
+        why: &'static str,
+    },
     /// A figure differs from a recount of the blocks (invariant 5).
     #[error("pool {pool}: {stat}: stats say {stats}, recount says {recount}")]
     Stat {

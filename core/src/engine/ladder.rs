@@ -63,6 +63,44 @@ impl SegmentPlan {
 }
 
 impl<B: Backend> Engine<B> {
+    /// The pool (made on first use), class and rounded size of a request the
+    /// engine may serve, or why it may not (device lost, size 0, larger than
+    /// a buffer).
+    fn admit(&mut self, req: &Request) -> Result<(u16, SegmentClass, u64)> {
+        if let Some(why) = &self.lost {
+            return Err(Error::DeviceLost(why.clone()));
+        }
+        if req.size == 0 {
+            return Err(Error::ZeroSize);
+        }
+        let rounded = req
+            .size
+            .checked_add(self.config.alignment - 1)
+            .map(|x| x & !(self.config.alignment - 1))
+            .filter(|&r| r <= self.max_segment)
+            .ok_or(Error::TooLarge {
+                requested: req.size,
+                max_buffer_size: self.max_segment,
+            })?;
+        Ok((
+            self.pool_of(req),
+            self.class_of(rounded, req.exclusive),
+            rounded,
+        ))
+    }
+
+    /// The allocation [`Engine::plan`] would make for `req` if the cache
+    /// serves it; `None`, with nothing changed, when it would plan a segment
+    /// or refuse (the wgpu binding then first takes back blocks other threads
+    /// parked, and plans).
+    pub(crate) fn allocate_cached(&mut self, req: &Request) -> Option<Allocation> {
+        let (pool, class, rounded) = self.admit(req).ok()?;
+        let b = self.find_cached(pool, class, rounded)?;
+        self.tick += 1;
+        self.counters.cache_hits += 1;
+        Some(self.take_block(b, rounded, req.clone()))
+    }
+
     /// Reserved bytes plus segments planned and not yet settled.
     fn held(&self) -> u64 {
         self.total.reserved_bytes.current + self.in_flight
@@ -84,23 +122,7 @@ impl<B: Backend> Engine<B> {
     /// # let _ = a; Ok::<(), vrampool::Error>(())
     /// ```
     pub fn plan(&mut self, req: Request) -> Result<Planned> {
-        if let Some(why) = &self.lost {
-            return Err(Error::DeviceLost(why.clone()));
-        }
-        if req.size == 0 {
-            return Err(Error::ZeroSize);
-        }
-        let rounded = req
-            .size
-            .checked_add(self.config.alignment - 1)
-            .map(|x| x & !(self.config.alignment - 1))
-            .filter(|&r| r <= self.max_segment)
-            .ok_or(Error::TooLarge {
-                requested: req.size,
-                max_buffer_size: self.max_segment,
-            })?;
-        let pool = self.pool_of(&req);
-        let class = self.class_of(rounded, req.exclusive);
+        let (pool, class, rounded) = self.admit(&req)?;
         self.tick += 1;
         if let Some(b) = self.find_cached(pool, class, rounded) {
             self.counters.cache_hits += 1;

@@ -271,6 +271,21 @@ impl<B: Backend> Engine<B> {
         Ok(())
     }
 
+    /// Whether `id` is a live block of this engine.
+    pub(crate) fn is_live(&self, id: crate::BlockId) -> bool {
+        self.live_block(id).is_ok()
+    }
+
+    /// Counts `n` allocations a caller served itself by handing a block
+    /// freed to it straight to its next owner, without a free and an
+    /// allocate here (the wgpu binding's handle cache): the figures of `n`
+    /// cache hits and `n` frees.
+    pub(crate) fn count_handed_on(&mut self, n: u64) {
+        self.counters.allocs += n;
+        self.counters.frees += n;
+        self.counters.cache_hits += n;
+    }
+
     /// Counts an out-of-memory of `requested` bytes, calls the observers, and
     /// returns the error describing the pool's state.
     fn oom(&mut self, requested: u64, device_refused: bool) -> Error {
