@@ -9,11 +9,16 @@ use std::sync::{Arc, Weak};
 use crate::types::{BlockId, SegmentId};
 
 use super::desc::Sharing;
+use super::front::{FrontCache, FrontRef, Key};
 use super::pool::{Inner, Reuse};
 
 /// A block of a pool segment: the buffer, the range, and how to bind it.
 pub struct BufferBlock {
+    /// The pool, for a block going back through the engine; `Weak::new()`
+    /// once the pool has taken the block back itself.
     pub(super) pool: Weak<Inner>,
+    /// The pool's front cache, where the block parks when its last handle goes.
+    pub(super) front: FrontRef,
     pub(super) id: BlockId,
     pub(super) segment: SegmentId,
     pub(super) buffer: wgpu::Buffer,
@@ -76,25 +81,45 @@ impl BufferBlock {
     }
 }
 
+impl BufferBlock {
+    /// The requests this block may serve again straight from the front cache.
+    pub(super) fn key(&self) -> Key {
+        Key {
+            size: self.size,
+            usage: self.usage,
+            sharing: self.sharing,
+        }
+    }
+
+    fn mappable(&self) -> bool {
+        self.usage
+            .intersects(wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::MAP_WRITE)
+    }
+}
+
+/// The slow way back, through the engine's lock: for a block the front cache
+/// did not take (a mappable one, a full shard, a block with weak handles,
+/// a pool that records).
 impl Drop for BufferBlock {
     fn drop(&mut self) {
         let Some(inner) = self.pool.upgrade() else {
             return;
         };
-        if self
-            .usage
-            .intersects(wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::MAP_WRITE)
-        {
+        if self.mappable() {
             // A staging buffer goes back only unmapped. Unmapping an unmapped
             // buffer is a validation error in wgpu; the scope swallows it.
             let scope = inner.device.push_error_scope(wgpu::ErrorFilter::Validation);
             self.buffer.unmap();
             drop(scope);
         }
+        let stamp = self.front.cache.stamp();
         let mut engine = inner.engine();
         let _ = match inner.reuse {
             Reuse::Immediate => engine.free(self.id),
-            Reuse::AfterSubmit => engine.defer_free(self.id),
+            Reuse::AfterSubmit => {
+                inner.note_engine_deferred();
+                engine.defer_free_at(self.id, stamp)
+            }
         };
     }
 }
@@ -102,19 +127,56 @@ impl Drop for BufferBlock {
 /// A strong handle to a pool block. Clones share the block; it returns to the
 /// pool when the last clone is dropped (Python's `del`).
 #[derive(Clone)]
-pub struct PoolBuffer(pub(super) Arc<BufferBlock>);
+pub struct PoolBuffer(Option<Arc<BufferBlock>>);
 
 impl PoolBuffer {
+    pub(super) fn new(block: Arc<BufferBlock>) -> PoolBuffer {
+        PoolBuffer(Some(block))
+    }
+
+    fn block(&self) -> &Arc<BufferBlock> {
+        match &self.0 {
+            Some(block) => block,
+            None => unreachable!("a PoolBuffer holds its block until it is dropped"),
+        }
+    }
+
     /// A weak handle that does not keep the block alive (Python's `weakref`).
     pub fn downgrade(&self) -> WeakBuffer {
-        WeakBuffer(Arc::downgrade(&self.0))
+        WeakBuffer(Arc::downgrade(self.block()))
     }
 }
 
 impl std::ops::Deref for PoolBuffer {
     type Target = BufferBlock;
     fn deref(&self) -> &BufferBlock {
-        &self.0
+        self.block()
+    }
+}
+
+/// The last handle of a block parks it in its pool's front cache, for the
+/// next request with the same description on this thread; otherwise the
+/// block goes back through the engine ([`BufferBlock`]'s drop).
+impl Drop for PoolBuffer {
+    fn drop(&mut self) {
+        let Some(block) = self.0.take() else {
+            return;
+        };
+        // Only the last strong handle, and only with no weak handle left: a
+        // parked block must be unreachable but through the cache. Two loads
+        // where `Arc::get_mut` would take a lock on the weak count: no weak
+        // handle can appear meanwhile (making one needs a strong handle, and
+        // this is the only one), so once none is seen there is none.
+        if Arc::weak_count(&block) != 0 || Arc::strong_count(&block) != 1 {
+            return;
+        }
+        std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
+        if block.mappable() {
+            return;
+        }
+        let (front, key) = (block.front, block.key());
+        // Refused (a full shard, a closed cache): dropped here, the slow way.
+        let _ = FrontCache::park(front, block, key);
     }
 }
 
@@ -136,7 +198,7 @@ pub struct WeakBuffer(Weak<BufferBlock>);
 impl WeakBuffer {
     /// A strong handle, if the block is still live.
     pub fn upgrade(&self) -> Option<PoolBuffer> {
-        self.0.upgrade().map(PoolBuffer)
+        self.0.upgrade().map(PoolBuffer::new)
     }
     /// Whether the block is still live.
     pub fn is_alive(&self) -> bool {

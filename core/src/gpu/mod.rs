@@ -8,11 +8,14 @@
 //! - `desc.rs` — [`AllocDesc`], [`Access`], [`Sharing`]: description → engine request.
 //! - `pool.rs` — [`Pool`], [`PoolOptions`], [`Reuse`]: allocation, submits, figures.
 //! - `handle.rs` — [`PoolBuffer`], [`WeakBuffer`], [`BufferBlock`].
+//! - `front.rs` — the front cache: blocks dropped by a thread, handed to its
+//!   next request of the same description without the engine's lock.
 //! - `usage.rs` — [`BindingUse`]: checking a pass's bindings before wgpu does.
 //! - `scope.rs` — [`Scope`].
 
 mod backend;
 mod desc;
+mod front;
 mod handle;
 mod pool;
 mod scope;

@@ -1,0 +1,355 @@
+//! The front cache: blocks whose last handle was dropped, kept per thread
+//! and handed straight to that thread's next request with the same
+//! description, without the engine's lock (jemalloc's tcache, PyTorch's
+//! per-stream free lists). It is what makes a cache hit cost tens of
+//! nanoseconds and lets threads allocate on one pool at once.
+//!
+//! Architecture invariant: the engine still owns every block. A parked block
+//! is live in the engine's books; the pool gives parked blocks back to the
+//! engine (as frees, or as deferred frees with their drop's mark) before
+//! every engine allocation and before every figure it reports, so the engine
+//! decides with every free block in view, its peaks are those of live bytes,
+//! and stats, snapshots, leak reports and `empty_cache` see no parked block.
+//!
+//! The caches live in a process-wide table, each lent to one pool at a
+//! time: a handle reaches its pool's cache through a `&'static`, with no
+//! reference count to touch on the hot path (an `Arc` or `Weak` would make
+//! every thread's drop write one shared cache line). The table grows to the
+//! most pools alive at once and its caches are reused, never freed. A
+//! cache's generation changes when its pool goes, so a handle outliving its
+//! pool parks nowhere.
+//!
+//! Submits are counted here too, as two epochs: a block dropped under
+//! [`Reuse::AfterSubmit`] is stamped with `dropped`, and may serve a new
+//! owner once `ready` has passed its stamp — after the pool learned of a
+//! submit that began after the drop. Learning of a submit is two atomic
+//! operations, with no lock.
+
+use std::cell::Cell;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+
+use spin::mutex::{SpinMutex, SpinMutexGuard};
+use spin::relax::Yield;
+
+use super::desc::Sharing;
+use super::handle::BufferBlock;
+use super::pool::Reuse;
+
+/// Blocks one shard holds at most; a drop past it goes to the engine.
+const SHARD_BLOCKS: usize = 64;
+
+/// What makes two requests the same: the pool derives a request from these
+/// alone (with its own settings), so a block parked for one serves the other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Key {
+    /// Size rounded to 4 bytes, as the handle's range is.
+    pub(super) size: u64,
+    /// `AllocDesc::usage`.
+    pub(super) usage: wgpu::BufferUsages,
+    /// What `AllocDesc::usage` and `AllocDesc::access` make of the block.
+    pub(super) sharing: Sharing,
+}
+
+/// A block whose last handle was dropped, waiting for its next owner.
+pub(super) struct Parked {
+    pub(super) block: Arc<BufferBlock>,
+    pub(super) key: Key,
+    /// The submit epoch of the drop ([`FrontCache::stamp`]).
+    pub(super) stamp: u64,
+}
+
+#[derive(Default)]
+struct Slot {
+    parked: Vec<Parked>,
+    /// Requests served from this shard since the engine last counted them.
+    handed_on: u64,
+    /// The ready epoch as this shard last read it: a finished submit covered
+    /// every stamp below it, so a take need not read the shared epoch (which
+    /// every submit writes) while its blocks are under it.
+    seen_ready: u64,
+}
+
+/// One thread's share (threads past the shard count share): its own cache
+/// line, so threads do not slow each other down. The lock is a spin lock
+/// (yielding while it waits): its owner takes it on every hit and drop, others
+/// only to drain it, and its unlock is a store where a `Mutex`'s is an atomic
+/// read-modify-write, a tenth of a hit's cost.
+#[repr(align(128))]
+#[derive(Default)]
+struct Shard {
+    /// Whether `slot` may hold a block, so a flush skips empty shards
+    /// without taking their locks.
+    full: AtomicBool,
+    slot: SpinMutex<Slot, Yield>,
+}
+
+impl Shard {
+    fn lock(&self) -> SpinMutexGuard<'_, Slot> {
+        self.slot.lock()
+    }
+}
+
+/// The submit epochs, on a cache line of their own: every submit writes
+/// them, and nothing read on every hit may share their line.
+#[repr(align(128))]
+struct Epochs {
+    /// The stamp of a block dropped now under `Reuse::AfterSubmit`.
+    dropped: AtomicU64,
+    /// Blocks with a stamp below this may be reused.
+    ready: AtomicU64,
+}
+
+/// One slot of the table: the front cache of the pool it is lent to.
+pub(super) struct FrontCache {
+    shards: Box<[Shard]>,
+    /// Lent to a pool.
+    lent: AtomicBool,
+    /// Changes when the slot's pool goes; handles carry the one they were made under.
+    generation: AtomicU64,
+    /// Parks and takes are allowed (off while the pool records).
+    open: AtomicBool,
+    /// The pool's `Reuse::Immediate`: blocks are reusable as soon as dropped.
+    immediate: AtomicBool,
+    epochs: Epochs,
+}
+
+/// The cache a pool's handles park in, and the generation they were made under.
+#[derive(Clone, Copy)]
+pub(super) struct FrontRef {
+    pub(super) cache: &'static FrontCache,
+    generation: u64,
+}
+
+/// Every front cache made so far, lent or free.
+#[cfg(not(target_arch = "wasm32"))]
+static TABLE: std::sync::Mutex<Vec<&'static FrontCache>> = std::sync::Mutex::new(Vec::new());
+
+#[cfg(target_arch = "wasm32")]
+thread_local! {
+    /// In the browser (one thread; wgpu's types are neither `Send` nor `Sync`
+    /// there, so no `static` may hold them), the table is the thread's own.
+    static TABLE: std::cell::RefCell<Vec<&'static FrontCache>> = const {
+        std::cell::RefCell::new(Vec::new())
+    };
+}
+
+/// Runs `f` on the table of front caches.
+fn with_table<R>(f: impl FnOnce(&mut Vec<&'static FrontCache>) -> R) -> R {
+    #[cfg(not(target_arch = "wasm32"))]
+    return f(&mut TABLE.lock().unwrap_or_else(|e| e.into_inner()));
+    #[cfg(target_arch = "wasm32")]
+    return TABLE.with(|t| f(&mut t.borrow_mut()));
+}
+
+static NEXT_THREAD: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    /// This thread's number, which picks its shard (`usize::MAX` until its first use).
+    static THREAD: Cell<usize> = const { Cell::new(usize::MAX) };
+}
+
+impl FrontCache {
+    fn new() -> FrontCache {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let shards = cores.next_power_of_two().clamp(4, 64);
+        FrontCache {
+            shards: (0..shards).map(|_| Shard::default()).collect(),
+            lent: AtomicBool::new(false),
+            generation: AtomicU64::new(0),
+            open: AtomicBool::new(true),
+            immediate: AtomicBool::new(false),
+            epochs: Epochs {
+                dropped: AtomicU64::new(1),
+                ready: AtomicU64::new(1),
+            },
+        }
+    }
+
+    /// Lends a free cache to a new pool (a new one when every cache is lent).
+    /// Closed (`open == false`), it parks and hands out nothing.
+    pub(super) fn lend(reuse: Reuse, open: bool) -> FrontRef {
+        let cache =
+            with_table(
+                |table| match table.iter().find(|c| !c.lent.load(Ordering::Acquire)) {
+                    Some(&cache) => {
+                        cache.lent.store(true, Ordering::Release);
+                        cache
+                    }
+                    None => {
+                        let cache: &'static FrontCache = Box::leak(Box::new(FrontCache::new()));
+                        cache.lent.store(true, Ordering::Release);
+                        table.push(cache);
+                        cache
+                    }
+                },
+            );
+        // The previous pool drained it before giving it back.
+        cache
+            .immediate
+            .store(reuse == Reuse::Immediate, Ordering::Relaxed);
+        cache.epochs.dropped.store(1, Ordering::Relaxed);
+        cache.epochs.ready.store(1, Ordering::Relaxed);
+        for shard in cache.shards.iter() {
+            let mut slot = shard.lock();
+            slot.handed_on = 0;
+            slot.seen_ready = 0;
+        }
+        cache.open.store(open, Ordering::Release);
+        let generation = cache.generation.load(Ordering::Acquire);
+        FrontRef { cache, generation }
+    }
+
+    /// Ends the pool's loan: handles of it park nowhere from now on. The
+    /// caller drains what is parked, then calls [`FrontCache::give_back`].
+    pub(super) fn close(&self) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        self.open.store(false, Ordering::Release);
+    }
+
+    /// Makes the slot free for another pool (after `close` and a drain).
+    pub(super) fn give_back(&self) {
+        self.lent.store(false, Ordering::Release);
+    }
+
+    fn shard(&self) -> &Shard {
+        let i = THREAD.with(|t| {
+            if t.get() == usize::MAX {
+                t.set(NEXT_THREAD.fetch_add(1, Ordering::Relaxed));
+            }
+            t.get()
+        });
+        &self.shards[i & (self.shards.len() - 1)]
+    }
+
+    /// The mark a block dropped now waits for: 0 (reusable at once) under
+    /// `Reuse::Immediate`, else the current drop epoch.
+    pub(super) fn stamp(&self) -> u64 {
+        if self.immediate.load(Ordering::Relaxed) {
+            0
+        } else {
+            self.epochs.dropped.load(Ordering::Acquire)
+        }
+    }
+
+    /// The engine mark up to which deferred blocks may be reused.
+    pub(super) fn reusable_mark(&self) -> u64 {
+        self.epochs.ready.load(Ordering::Acquire) - 1
+    }
+
+    /// A submit begins: blocks dropped from now on wait for the next one.
+    /// Returns the epoch to pass to [`FrontCache::submit_done`].
+    pub(super) fn submit_begins(&self) -> u64 {
+        self.epochs.dropped.fetch_add(1, Ordering::AcqRel)
+    }
+
+    /// The submit begun at `epoch` is in the queue: blocks dropped before it
+    /// began may be reused. A store, not an atomic maximum: when submits on
+    /// two threads finish out of order, the later store may lower the epoch
+    /// for a moment, which only delays reuse until the next submit.
+    pub(super) fn submit_done(&self, epoch: u64) {
+        if self.epochs.ready.load(Ordering::Relaxed) <= epoch {
+            self.epochs.ready.store(epoch + 1, Ordering::Release);
+        }
+    }
+
+    /// A block this thread parked for `key` with the label `label`, whose
+    /// drop a submit has covered.
+    pub(super) fn take(&self, key: Key, label: Option<&str>) -> Option<Arc<BufferBlock>> {
+        let shard = self.shard();
+        if !shard.full.load(Ordering::Relaxed) {
+            return None;
+        }
+        let mut slot = shard.lock();
+        if !self.open.load(Ordering::Acquire) {
+            return None;
+        }
+        let find = |slot: &Slot, ready: u64| {
+            slot.parked
+                .iter()
+                .rposition(|p| p.key == key && p.stamp < ready && p.block.label() == label)
+        };
+        let i = match find(&slot, slot.seen_ready) {
+            Some(i) => i,
+            None => {
+                slot.seen_ready = self.epochs.ready.load(Ordering::Acquire);
+                find(&slot, slot.seen_ready)?
+            }
+        };
+        // In drop order, so a drain hands blocks back in the order they went.
+        let parked = slot.parked.remove(i);
+        slot.handed_on += 1;
+        if slot.parked.is_empty() {
+            shard.full.store(false, Ordering::Relaxed);
+        }
+        Some(parked.block)
+    }
+
+    /// Parks `block` (made under `r`) for this thread's next request of
+    /// `key`, or gives it back when the shard is full, the cache is closed,
+    /// or the slot has passed to another pool.
+    pub(super) fn park(
+        r: FrontRef,
+        block: Arc<BufferBlock>,
+        key: Key,
+    ) -> Result<(), Arc<BufferBlock>> {
+        let cache = r.cache;
+        let stamp = cache.stamp();
+        let shard = cache.shard();
+        let mut slot = shard.lock();
+        // Checked under the shard's lock: the pool closes before it drains
+        // each shard, so a block parked here is either drained or refused.
+        if cache.generation.load(Ordering::Acquire) != r.generation
+            || !cache.open.load(Ordering::Acquire)
+            || slot.parked.len() >= SHARD_BLOCKS
+        {
+            return Err(block);
+        }
+        slot.parked.push(Parked { block, key, stamp });
+        shard.full.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Takes every parked block out of every shard; the lock of a shard
+    /// that holds none is not taken.
+    pub(super) fn drain(&self, mut each: impl FnMut(Parked)) {
+        for shard in self.shards.iter() {
+            if shard.full.load(Ordering::Acquire) {
+                let mut slot = shard.lock();
+                shard.full.store(false, Ordering::Relaxed);
+                slot.parked.drain(..).for_each(&mut each);
+            }
+        }
+    }
+
+    /// Takes every block parked in this thread's shard.
+    pub(super) fn drain_mine(&self, each: impl FnMut(Parked)) {
+        let shard = self.shard();
+        if shard.full.load(Ordering::Acquire) {
+            let mut slot = shard.lock();
+            shard.full.store(false, Ordering::Relaxed);
+            slot.parked.drain(..).for_each(each);
+        }
+    }
+
+    /// Requests the shards served since the last call.
+    pub(super) fn take_handed_on(&self) -> u64 {
+        self.shards
+            .iter()
+            .map(|s| std::mem::take(&mut s.lock().handed_on))
+            .sum()
+    }
+
+    /// Visits every parked block, leaving it parked (for invariant checks).
+    pub(super) fn visit(&self, mut each: impl FnMut(&Parked)) {
+        for shard in self.shards.iter() {
+            shard.lock().parked.iter().for_each(&mut each);
+        }
+    }
+
+    /// Opens or closes the cache to parks and takes while the pool keeps it
+    /// (closed while the pool records events); the caller drains it.
+    pub(super) fn set_open(&self, open: bool) {
+        self.open.store(open, Ordering::Release);
+    }
+}
