@@ -130,32 +130,48 @@ fn budgets_from_1_02x_to_2x_never_oom() {
     }
 }
 
-#[test]
-fn a_scaled_trace_replays_on_lavapipe() {
-    // The real-device path of the replay engine: resnet scaled down 64× on Vulkan.
-    let t = load("resnet_train").scaled(64);
-    let (device, queue, _) = vrampool_tests::device();
-    let pool = vrampool::Pool::new(device, queue, Default::default()).unwrap();
+/// Replays `t` through a `Pool` on `device` as an app would: a read-write
+/// storage block per tensor, each free followed by `Pool::submitted` (no
+/// command was recorded, so a block may be reused at once, in trace order, as
+/// the engine's replay does). Returns the pool, every block dropped.
+fn replay_through_pool(
+    t: &Trace,
+    device: &wgpu::Device,
+    queue: &wgpu::Queue,
+    front_cache: bool,
+) -> vrampool::Pool {
+    let options = vrampool::PoolOptions {
+        front_cache,
+        ..Default::default()
+    };
+    let pool = vrampool::Pool::new(device.clone(), queue.clone(), options).unwrap();
     let mut live = std::collections::HashMap::new();
     for e in &t.events {
         match e.action {
             vrampool::trace::Action::Allocate => {
-                // Tensors: bound read_write, packed like the engine's requests.
                 let desc = vrampool::AllocDesc::storage(e.size).read_write();
                 live.insert(e.pointer, pool.alloc(desc).unwrap());
             }
             vrampool::trace::Action::Free => {
                 live.remove(&e.pointer).expect("validated trace");
-                // No command was recorded: the block may be reused at once,
-                // in trace order, as the engine's replay does.
                 pool.submitted();
             }
         }
     }
+    pool
+}
+
+#[test]
+fn a_scaled_trace_replays_on_lavapipe() {
+    // The real-device path of the replay engine: resnet scaled down 64× on Vulkan.
+    let t = load("resnet_train").scaled(64);
+    let (device, queue, _) = vrampool_tests::device();
+    let pool = replay_through_pool(&t, &device, &queue, false);
     let s = pool.stats();
     assert_eq!(s.total.allocated_bytes.current, 0);
-    // The binding adds nothing to the engine's decisions: the same replay on the
-    // simulated device, with the device's max_buffer_size, gives the same figures.
+    // Without its front cache, the binding adds nothing to the engine's
+    // decisions: the same replay on the simulated device, with the device's
+    // max_buffer_size, gives the same figures.
     let max = pool.device().limits().max_buffer_size;
     let mut sim = Engine::new(
         SimulatedDevice::with_max_buffer_size(DEVICE, max),
@@ -167,6 +183,26 @@ fn a_scaled_trace_replays_on_lavapipe() {
     assert_eq!(s.counters.device_allocs, r.device_allocs);
     assert_eq!(s.counters.cache_hits, r.cache_hits);
     assert!(s.counters.cache_hits as f64 / s.counters.allocs as f64 > 0.9);
+
+    // With it (the default), a hit takes the block its thread dropped last
+    // with the same description rather than the engine's best fit: the same
+    // allocations, frees and peak of requested bytes; placements that differ
+    // a little.
+    let fronted = replay_through_pool(&t, &device, &queue, true);
+    fronted.check_invariants().unwrap();
+    let f = fronted.stats();
+    assert_eq!(f.total.allocated_bytes.current, 0);
+    assert_eq!(f.total.requested_bytes.peak, s.total.requested_bytes.peak);
+    assert_eq!(
+        (f.counters.allocs, f.counters.frees),
+        (s.counters.allocs, s.counters.frees)
+    );
+    let (a, b) = (f.total.reserved_bytes.peak as f64, r.peak_reserved as f64);
+    assert!(
+        (a / b - 1.0).abs() < 0.02,
+        "peak reserved {a} against the engine's {b}"
+    );
+    drop(fronted);
 
     // And the replay engine drives the wgpu backend directly.
     let mut real = Engine::new(

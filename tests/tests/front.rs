@@ -1,0 +1,254 @@
+//! The front cache (core/src/gpu/front.rs) on a real device: a dropped block
+//! goes to the next request with the same description on the same thread,
+//! only once a submit covers its drop; every figure, snapshot, leak report
+//! and `empty_cache` sees it as freed; what it must not serve it does not.
+
+use vrampool::{AllocDesc, Config, Pool, PoolOptions, Reuse, SnapshotState};
+use vrampool_tests::{Range, Tagger, device, pool_with};
+
+fn pool() -> Pool {
+    pool_with(Config::default())
+}
+
+fn pool_options(options: PoolOptions) -> Pool {
+    let (device, queue, _) = device();
+    Pool::new(device, queue, options).unwrap()
+}
+
+/// Where a block lives: its buffer and offset.
+fn place(b: &vrampool::BufferBlock) -> (wgpu::Buffer, u64) {
+    (b.buffer().clone(), b.offset())
+}
+
+#[test]
+fn a_dropped_block_serves_the_next_same_request_only_after_a_submit() {
+    let pool = pool();
+    let desc = AllocDesc::storage(4096).read_write();
+    let a = pool.alloc(desc).unwrap();
+    let at = place(&a);
+    drop(a);
+    // No submit yet: a's bytes may still be used by a recorded command.
+    let b = pool.alloc(desc).unwrap();
+    assert_ne!(place(&b), at, "a pending block was handed out");
+    drop(b);
+    pool.submitted();
+    let c = pool.alloc(desc).unwrap();
+    let d = pool.alloc(desc).unwrap();
+    let both = [place(&c), place(&d)];
+    assert!(both.contains(&at), "the submit made a's block reusable");
+    assert_ne!(both[0], both[1]);
+    pool.check_invariants().unwrap();
+    let s = pool.stats();
+    assert_eq!(s.counters.allocs, 4);
+    assert_eq!(s.counters.frees, 2);
+    assert_eq!(s.counters.cache_hits + s.counters.cache_misses, 4);
+    assert_eq!(s.total.allocated_bytes.current, 2 * 4096);
+}
+
+#[test]
+fn figures_leaks_and_empty_cache_see_parked_blocks_as_freed() {
+    let pool = pool();
+    let a = pool
+        .alloc(AllocDesc::storage(1 << 20).read_write().label("act"))
+        .unwrap();
+    let b = pool.alloc(AllocDesc::uniform(256).label("params")).unwrap();
+    drop(a);
+    pool.submitted();
+    let s = pool.stats();
+    assert_eq!(s.total.allocated_bytes.current, 256);
+    assert_eq!(s.total.allocated_bytes.peak, (1 << 20) + 256);
+    assert_eq!(
+        s.total.cached_bytes.current + 256,
+        s.total.reserved_bytes.current
+    );
+    let leaks = pool.leaks();
+    assert_eq!(leaks.len(), 1);
+    assert_eq!(leaks[0].label.as_deref(), Some("params"));
+    drop(b); // pending: no submit since
+    let s = pool.stats();
+    assert_eq!(s.total.allocated_bytes.current, 0);
+    assert_eq!(s.total.pending_bytes.current, 256);
+    assert!(pool.leaks().is_empty());
+    assert!(pool.snapshot().segments.iter().all(|seg| {
+        seg.blocks
+            .iter()
+            .all(|blk| blk.state != SnapshotState::Live)
+    }));
+    pool.empty_cache();
+    assert_eq!(pool.stats().total.reserved_bytes.current, 0);
+    pool.check_invariants().unwrap();
+}
+
+#[test]
+fn peaks_are_those_of_live_bytes() {
+    // A 1 MiB block parked, then a 2 MiB request: the engine gets the parked
+    // block back before it allocates, so the peak is 2 MiB, not 3.
+    let pool = pool();
+    drop(
+        pool.alloc(AllocDesc::storage(1 << 20).read_write())
+            .unwrap(),
+    );
+    pool.submitted();
+    let big = pool
+        .alloc(AllocDesc::storage(2 << 20).read_write())
+        .unwrap();
+    assert_eq!(pool.stats().total.allocated_bytes.peak, 2 << 20);
+    drop(big);
+}
+
+#[test]
+fn only_the_same_description_is_served() {
+    let pool = pool_options(PoolOptions {
+        reuse: Reuse::Immediate,
+        ..PoolOptions::default()
+    });
+    let rw = AllocDesc::storage(4096).read_write();
+    let a = pool.alloc(rw.label("x")).unwrap();
+    let at = place(&a);
+    drop(a);
+    for other in [
+        AllocDesc::storage(4096).read_only(),
+        AllocDesc::storage(4096),
+        AllocDesc::storage(4092).read_write(),
+        rw.label("y"),
+        rw,
+    ] {
+        // A handle the front cache served is the parked one as it was: its
+        // description would show through.
+        let b = pool.alloc(other).unwrap();
+        let got = (b.size(), b.usage(), b.sharing(), b.label());
+        let asked = (
+            other.size,
+            other.usage,
+            other.sharing().unwrap(),
+            other.label,
+        );
+        assert_eq!(got, asked, "served a block parked for another description");
+        drop(b);
+    }
+    // The same description, label included, gets it back.
+    let c = pool.alloc(rw.label("x")).unwrap();
+    assert_eq!(place(&c), at);
+    assert_eq!(pool.leaks()[0].label.as_deref(), Some("x"));
+    pool.check_invariants().unwrap();
+}
+
+#[test]
+fn a_block_with_a_weak_handle_is_not_parked() {
+    let pool = pool_options(PoolOptions {
+        reuse: Reuse::Immediate,
+        ..PoolOptions::default()
+    });
+    let desc = AllocDesc::storage(4096).read_write();
+    let a = pool.alloc(desc).unwrap();
+    let w = a.downgrade();
+    drop(a);
+    assert!(w.upgrade().is_none());
+    // A parked block would be handed out while the weak handle could still see it.
+    let b = pool.alloc(desc).unwrap();
+    assert!(w.upgrade().is_none());
+    drop(b);
+    assert_eq!(pool.stats().total.allocated_bytes.current, 0);
+}
+
+#[test]
+fn another_threads_parked_block_goes_back_before_a_segment_is_made() {
+    // The only free bytes of the pool are a block another thread parked: a
+    // request that misses this thread's front cache takes it back rather
+    // than make a segment.
+    let pool = pool_options(PoolOptions {
+        reuse: Reuse::Immediate,
+        ..PoolOptions::default()
+    });
+    let desc = AllocDesc::storage(4096); // a buffer of its own: nothing else free
+    let a = pool.alloc(desc).unwrap();
+    let at = place(&a);
+    std::thread::scope(|s| {
+        s.spawn(|| drop(a));
+    });
+    let b = pool.alloc(desc).unwrap();
+    assert_eq!(place(&b), at);
+    let s = pool.stats();
+    assert_eq!((s.counters.allocs, s.counters.frees), (2, 1));
+    assert_eq!(s.counters.device_allocs, 1);
+    pool.check_invariants().unwrap();
+}
+
+#[test]
+fn threads_keep_their_parked_blocks_when_the_engine_has_room() {
+    // Another thread's parked block stays parked while the engine's own cache
+    // serves this thread's request: no thread's miss empties another's cache.
+    let pool = pool_options(PoolOptions {
+        reuse: Reuse::Immediate,
+        ..PoolOptions::default()
+    });
+    let desc = AllocDesc::storage(4096).read_write(); // shares a segment with free room
+    let a = pool.alloc(desc).unwrap();
+    let at = place(&a);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            drop(a);
+        });
+    });
+    let b = pool.alloc(desc).unwrap();
+    assert_ne!(place(&b), at, "served from the segment's free room");
+    pool.check_invariants().unwrap();
+    let s = pool.stats();
+    assert_eq!(s.counters.device_allocs, 1);
+    assert_eq!(s.total.allocated_bytes.current, 4096);
+}
+
+#[test]
+fn recording_logs_every_allocation_and_free() {
+    let pool = pool();
+    let desc = AllocDesc::storage(4096).read_write();
+    drop(pool.alloc(desc).unwrap());
+    pool.submitted();
+    pool.start_recording();
+    for _ in 0..3 {
+        drop(pool.alloc(desc).unwrap());
+        pool.submitted();
+    }
+    let log = pool.take_recording().unwrap();
+    let trace = vrampool::Trace::parse("recording", log.as_bytes()).unwrap();
+    assert_eq!(trace.events.len(), 6, "{log}");
+    // After recording, hits go through the front cache again.
+    let hits = pool.stats().counters.cache_hits;
+    drop(pool.alloc(desc).unwrap());
+    assert_eq!(pool.stats().counters.cache_hits, hits + 1);
+}
+
+#[test]
+fn a_parked_block_reused_zeroed_reads_zeros() {
+    let pool = pool();
+    let tagger = Tagger::new(pool.device(), pool.queue());
+    let size = 4096u64;
+    let desc = AllocDesc::storage(size).read_write();
+    let a = pool.alloc(desc).unwrap();
+    let at = place(&a);
+    pool.queue()
+        .write_buffer(a.buffer(), a.offset(), &vec![0xAB; size as usize]);
+    drop(a);
+    pool.submit([]);
+    let b = pool.alloc(desc.zeroed()).unwrap();
+    assert_eq!(place(&b), at, "the front cache served it");
+    assert_eq!(tagger.count_nonzero(&[Range::from(&*b)]), 0);
+}
+
+#[test]
+fn with_the_front_cache_off_every_request_goes_through_the_engine() {
+    let pool = pool_options(PoolOptions {
+        front_cache: false,
+        reuse: Reuse::Immediate,
+        ..PoolOptions::default()
+    });
+    let desc = AllocDesc::storage(4096).read_write();
+    let a = pool.alloc(desc).unwrap();
+    drop(a);
+    // Nothing parked: the engine's own figures show the free at once.
+    assert_eq!(pool.stats().total.allocated_bytes.current, 0);
+    let b = pool.alloc(desc).unwrap();
+    drop(b);
+    assert_eq!(pool.stats().counters.cache_hits, 1);
+    pool.check_invariants().unwrap();
+}
