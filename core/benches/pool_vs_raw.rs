@@ -2,13 +2,17 @@
 //! from the cache) versus `create_buffer` + `destroy` on the same device. Runs on
 //! the first adapter wgpu finds (lavapipe here, the H200 in BENCHMARKS.md).
 //!
+//! Beside them, the engine's own allocate + free of a cached block (the
+//! simulated device), and the default pool with its front cache off (every
+//! hit through the engine's lock: the path before the front cache).
+//!
 //! Two hits: with `Reuse::Immediate` (the block is reusable as soon as it is
 //! dropped) and with the default `Reuse::AfterSubmit` (dropped, then made
 //! reusable by `Pool::submitted`, as a frame's submit does).
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use std::hint::black_box;
-use vrampool::{AllocDesc, Pool, PoolOptions, Reuse};
+use vrampool::{AllocDesc, Config, Engine, Pool, PoolOptions, Request, Reuse, SimulatedDevice};
 
 fn device() -> (wgpu::Device, wgpu::Queue) {
     let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle());
@@ -42,6 +46,17 @@ fn pool_vs_raw(c: &mut Criterion) {
         },
     )
     .unwrap();
+    // The hit path before the front cache: every alloc and drop through the
+    // engine's lock.
+    let locked = Pool::new(
+        device.clone(),
+        pool.queue().clone(),
+        PoolOptions {
+            front_cache: false,
+            ..PoolOptions::default()
+        },
+    )
+    .unwrap();
     let usage =
         wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC;
     let mut g = c.benchmark_group("pool_vs_raw");
@@ -59,6 +74,18 @@ fn pool_vs_raw(c: &mut Criterion) {
         drop(immediate.alloc(block).unwrap()); // warm the caches
         drop(pool.alloc(block).unwrap());
         pool.submitted();
+        drop(locked.alloc(block).unwrap());
+        locked.submitted();
+        // The engine alone (simulated device): what a hit costs under the lock.
+        let mut engine = Engine::new(SimulatedDevice::new(64 << 30), Config::default()).unwrap();
+        let warm = engine.allocate(Request::new(size, 0)).unwrap();
+        engine.free(warm.id).unwrap();
+        g.bench_function(format!("engine alloc+free {name}"), |b| {
+            b.iter(|| {
+                let a = engine.allocate(black_box(Request::new(size, 0))).unwrap();
+                engine.free(black_box(a.id)).unwrap();
+            })
+        });
         g.bench_function(format!("pool hit {name}"), |b| {
             b.iter(|| drop(black_box(immediate.alloc(black_box(block)).unwrap())))
         });
@@ -68,6 +95,15 @@ fn pool_vs_raw(c: &mut Criterion) {
                 pool.submitted();
             })
         });
+        g.bench_function(
+            format!("pool hit after submit, front cache off {name}"),
+            |b| {
+                b.iter(|| {
+                    drop(black_box(locked.alloc(black_box(block)).unwrap()));
+                    locked.submitted();
+                })
+            },
+        );
         let create_destroy = || {
             let buf = device.create_buffer(&wgpu::BufferDescriptor {
                 label: None,

@@ -152,10 +152,24 @@ fn bench_threads_reports_hits_per_second_and_scaling() {
         "1,2",
     ]));
     let rows = v["threads"].as_array().unwrap();
-    assert_eq!(rows.len(), 2, "{v}");
-    assert_eq!(f(&rows[0]["threads"]), 1.0);
-    assert_eq!(f(&rows[1]["threads"]), 2.0);
+    // Each count on the default pool (a submit per frame), then on one with
+    // Reuse::Immediate.
+    assert_eq!(rows.len(), 4, "{v}");
+    let shape: Vec<_> = rows
+        .iter()
+        .map(|r| (r["reuse"].as_str().unwrap(), f(&r["threads"])))
+        .collect();
+    assert_eq!(
+        shape,
+        [
+            ("after_submit", 1.0),
+            ("after_submit", 2.0),
+            ("immediate", 1.0),
+            ("immediate", 2.0)
+        ]
+    );
     assert_eq!(f(&rows[0]["scaling"]), 1.0);
+    assert_eq!(f(&rows[2]["scaling"]), 1.0);
     for r in rows {
         assert!(f(&r["hits_per_s"]) > 0.0, "{r}");
         // Every operation counted was a cache hit.

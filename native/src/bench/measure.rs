@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use indicatif::ProgressBar;
 use serde::Serialize;
-use vrampool::{AllocDesc, Config, Engine, Pool, PoolOptions, Request, SimulatedDevice};
+use vrampool::{AllocDesc, Config, Engine, Pool, PoolOptions, Request, Reuse, SimulatedDevice};
 
 /// Sizes `bench` measures: 256 B to 256 MiB, ×16 apart.
 pub const SIZES: [u64; 6] = [256, 4 << 10, 64 << 10, 1 << 20, 16 << 20, 256 << 20];
@@ -78,14 +78,23 @@ pub fn engine_ns(size: u64, budget: Duration) -> f64 {
     per_pair / 2.0
 }
 
+/// Blocks each thread of `bench --threads` holds at once: a frame's
+/// temporaries, allocated, dropped, then one `Pool::submitted` (the submit
+/// that makes them reusable for the next frame).
+pub const FRAME: usize = 16;
+
 /// One row of `bench --threads`: threads allocating and dropping on one pool.
 #[derive(Debug, Serialize)]
 pub struct ThreadRow {
+    /// The pool's `Reuse`: `after_submit` (the default; a `Pool::submitted`
+    /// ends each frame) or `immediate` (no submit needed).
+    pub reuse: &'static str,
     /// Threads sharing the pool.
     pub threads: usize,
     /// Bytes per request.
     pub size: u64,
-    /// Pool hits (alloc + drop + `Pool::submitted`) per second, all threads together.
+    /// Pool hits (alloc + drop, and a `Pool::submitted` per [`FRAME`]
+    /// hits) per second, all threads together.
     pub hits_per_s: f64,
     /// `hits_per_s` over the first row's (one thread, when `--threads` starts at 1).
     pub scaling: f64,
@@ -94,11 +103,13 @@ pub struct ThreadRow {
     pub cache_misses: u64,
 }
 
-/// `threads` threads at once each alloc + drop a `size` block from `pool` in a
-/// loop for `budget`; hits per second, all threads together, for each count.
+/// `threads` threads at once each run frames on `pool` for `budget`: allocate
+/// [`FRAME`] blocks of `size`, drop them, and (with `Reuse::AfterSubmit`)
+/// `Pool::submitted`; hits per second, all threads together, for each count.
 /// An allocation the pool refuses ends the run with its error.
 pub fn threads(
     pool: &Pool,
+    reuse: Reuse,
     counts: &[usize],
     size: u64,
     budget: Duration,
@@ -108,11 +119,25 @@ pub fn threads(
     let block = |size| AllocDesc::storage(size).read_write();
     let mut rows: Vec<ThreadRow> = Vec::new();
     for &n in counts {
-        // Warm the cache with one block per thread.
-        let warm = (0..n)
-            .map(|_| pool.alloc(block(size)))
-            .collect::<Result<Vec<_>, _>>()?;
-        drop(warm);
+        // Warm the cache with a frame's blocks per thread, each on its thread.
+        let warmed: Vec<Result<(), vrampool::Error>> = std::thread::scope(|s| {
+            let spawned: Vec<_> = (0..n)
+                .map(|_| {
+                    s.spawn(|| {
+                        let frame = (0..FRAME)
+                            .map(|_| pool.alloc(block(size)))
+                            .collect::<Result<Vec<_>, _>>()?;
+                        drop(frame);
+                        Ok(())
+                    })
+                })
+                .collect();
+            spawned
+                .into_iter()
+                .map(|h| h.join().unwrap_or(Ok(())))
+                .collect()
+        });
+        warmed.into_iter().collect::<Result<(), _>>()?;
         pool.submitted();
         let misses_before = pool.stats().counters.cache_misses;
         let (done, hits) = (AtomicBool::new(false), AtomicU64::new(0));
@@ -123,18 +148,24 @@ pub fn threads(
                 s.spawn(|| {
                     start.wait();
                     let mut k = 0u64;
+                    let mut frame = Vec::with_capacity(FRAME);
                     'run: while !done.load(Ordering::Relaxed) {
-                        for _ in 0..64 {
-                            match pool.alloc(block(black_box(size))) {
-                                Ok(b) => drop(black_box(b)),
-                                Err(e) => {
-                                    *failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
-                                    done.store(true, Ordering::Relaxed);
-                                    break 'run;
+                        for _ in 0..4 {
+                            for _ in 0..FRAME {
+                                match pool.alloc(block(black_box(size))) {
+                                    Ok(b) => frame.push(b),
+                                    Err(e) => {
+                                        *failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                                        done.store(true, Ordering::Relaxed);
+                                        break 'run;
+                                    }
                                 }
                             }
-                            pool.submitted();
-                            k += 1;
+                            frame.clear();
+                            if reuse == Reuse::AfterSubmit {
+                                pool.submitted();
+                            }
+                            k += FRAME as u64;
                         }
                     }
                     hits.fetch_add(k, Ordering::Relaxed);
@@ -154,6 +185,10 @@ pub fn threads(
         let hits_per_s = hits.load(Ordering::Relaxed) as f64 / elapsed.as_secs_f64();
         let base = rows.first().map_or(hits_per_s, |r| r.hits_per_s);
         rows.push(ThreadRow {
+            reuse: match reuse {
+                Reuse::AfterSubmit => "after_submit",
+                Reuse::Immediate => "immediate",
+            },
             threads: n,
             size,
             hits_per_s,

@@ -23,9 +23,11 @@ pub struct BenchArgs {
     /// Time spent measuring each figure, in milliseconds.
     #[arg(long, default_value_t = 300)]
     time_ms: u64,
-    /// Also run this many threads at once on one pool, each allocating and
-    /// dropping a 4 KiB block in a loop, and report hits per second in all and
-    /// the scaling over the first count (e.g. `--threads 1,2,4,8`; on a GPU).
+    /// Also run this many threads at once on one pool, each running frames
+    /// (allocate 16 blocks of 4 KiB, drop them, `Pool::submitted`; and again
+    /// on a pool with `Reuse::Immediate`, without the submit), and report
+    /// hits per second in all and the scaling over the first count (e.g.
+    /// `--threads 1,2,4,8`; on a GPU).
     #[arg(long, value_delimiter = ',')]
     threads: Vec<usize>,
 }
@@ -62,17 +64,17 @@ pub fn command(a: &BenchArgs, c: &Common) -> Result<ExitCode> {
     let budget = Duration::from_millis(a.time_ms);
     let rows = measure::run(gpu, &sizes, budget, &pb)?;
     pb.finish_and_clear();
-    let threads = match gpu {
-        Some((device, queue)) if !a.threads.is_empty() => {
-            let pool = vrampool::Pool::new(
-                device.clone(),
-                queue.clone(),
-                vrampool::PoolOptions::default(),
-            )?;
-            measure::threads(&pool, &a.threads, 4 << 10, budget)?
+    let mut threads = Vec::new();
+    if let Some((device, queue)) = gpu.filter(|_| !a.threads.is_empty()) {
+        for reuse in [vrampool::Reuse::AfterSubmit, vrampool::Reuse::Immediate] {
+            let options = vrampool::PoolOptions {
+                reuse,
+                ..vrampool::PoolOptions::default()
+            };
+            let pool = vrampool::Pool::new(device.clone(), queue.clone(), options)?;
+            threads.extend(measure::threads(&pool, reuse, &a.threads, 4 << 10, budget)?);
         }
-        _ => Vec::new(),
-    };
+    }
     if c.json {
         outln!(
             "{}",
@@ -113,10 +115,20 @@ pub fn command(a: &BenchArgs, c: &Common) -> Result<ExitCode> {
             r.engine_ns_per_op
         );
     }
-    if !threads.is_empty() {
-        outln!("threads on one pool, 4 KiB hits (alloc + drop + submitted):");
+    for (reuse, how) in [
+        ("after_submit", "allocs, drops, then Pool::submitted"),
+        ("immediate", "allocs, then drops; Reuse::Immediate"),
+    ] {
+        let rows: Vec<_> = threads.iter().filter(|r| r.reuse == reuse).collect();
+        if rows.is_empty() {
+            continue;
+        }
+        outln!(
+            "threads on one pool, 4 KiB hits (frames of {} {how}):",
+            measure::FRAME
+        );
         outln!("{:>8} {:>14} {:>8}", "threads", "hits/s", "scaling");
-        for r in threads {
+        for r in rows {
             outln!(
                 "{:>8} {:>14.0} {:>7.2}x",
                 r.threads,
