@@ -86,6 +86,11 @@ pub struct Counters {
     pub frees: u64,
     /// Allocations served from cached memory, with no device call.
     pub cache_hits: u64,
+    /// Of `cache_hits`, those the wgpu binding's front cache served: a block
+    /// the same thread dropped with the same description, handed on without
+    /// the engine (see `PoolOptions::front_cache`).
+    #[serde(default)]
+    pub front_hits: u64,
     /// Allocations that needed a new device segment.
     pub cache_misses: u64,
     /// Device buffers created.

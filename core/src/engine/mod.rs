@@ -284,6 +284,7 @@ impl<B: Backend> Engine<B> {
         self.counters.allocs += n;
         self.counters.frees += n;
         self.counters.cache_hits += n;
+        self.counters.front_hits += n;
     }
 
     /// Counts an out-of-memory of `requested` bytes, calls the observers, and

@@ -6,10 +6,10 @@
 //!
 //! Architecture invariant: the engine still owns every block. A parked block
 //! is live in the engine's books; the pool gives parked blocks back to the
-//! engine (as frees, or as deferred frees with their drop's mark) before
-//! every engine allocation and before every figure it reports, so the engine
-//! decides with every free block in view, its peaks are those of live bytes,
-//! and stats, snapshots, leak reports and `empty_cache` see no parked block.
+//! engine (as frees, or as deferred frees with their drop's mark): a thread's
+//! own before the engine's cache serves it, every thread's before a segment
+//! is made, and all of them before every figure, snapshot, leak report,
+//! limit change and `empty_cache` (see `Inner::engine_mine` in pool.rs).
 //!
 //! The caches live in a process-wide table, each lent to one pool at a
 //! time: a handle reaches its pool's cache through a `&'static`, with no
@@ -22,8 +22,8 @@
 //! Submits are counted here too, as two epochs: a block dropped under
 //! [`Reuse::AfterSubmit`] is stamped with `dropped`, and may serve a new
 //! owner once `ready` has passed its stamp — after the pool learned of a
-//! submit that began after the drop. Learning of a submit is two atomic
-//! operations, with no lock.
+//! submit that began after the drop. The pool moves both under its submit
+//! lock, so `ready` only grows and never passes a submit still under way.
 
 use std::cell::Cell;
 use std::sync::Arc;
@@ -38,6 +38,19 @@ use super::pool::Reuse;
 
 /// Blocks one shard holds at most; a drop past it goes to the engine.
 const SHARD_BLOCKS: usize = 64;
+
+/// Which shards [`FrontCache::drain`] empties.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Drain {
+    /// This thread's.
+    Mine,
+    /// Every shard that shows a block (a park under way may be missed: it
+    /// stays parked, still live in the engine's books).
+    Every,
+    /// Every shard, each under its lock whatever it shows: after closing,
+    /// so that a park under way is either taken or refused.
+    EveryLocked,
+}
 
 /// What makes two requests the same: the pool derives a request from these
 /// alone (with its own settings), so a block parked for one serves the other.
@@ -149,6 +162,15 @@ thread_local! {
     static THREAD: Cell<usize> = const { Cell::new(usize::MAX) };
 }
 
+/// Makes the calling thread use shard `index` (modulo the shard count) of
+/// every pool's front cache from now on. For tests that need two threads on
+/// two shards (or on one); threads are numbered in order of first use
+/// otherwise.
+#[doc(hidden)]
+pub fn pin_thread_shard(index: usize) {
+    THREAD.with(|t| t.set(index));
+}
+
 impl FrontCache {
     fn new() -> FrontCache {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -184,7 +206,12 @@ impl FrontCache {
                     }
                 },
             );
-        // The previous pool drained it before giving it back.
+        // The previous pool drained it under each shard's lock after closing
+        // it, so nothing is parked; what a stale handle could have left is
+        // dropped here anyway (its pool is gone, so it goes nowhere).
+        let mut stale = Vec::new();
+        cache.drain(Drain::EveryLocked, |p| stale.push(p.block));
+        drop(stale);
         cache
             .immediate
             .store(reuse == Reuse::Immediate, Ordering::Relaxed);
@@ -244,13 +271,10 @@ impl FrontCache {
     }
 
     /// The submit begun at `epoch` is in the queue: blocks dropped before it
-    /// began may be reused. A store, not an atomic maximum: when submits on
-    /// two threads finish out of order, the later store may lower the epoch
-    /// for a moment, which only delays reuse until the next submit.
+    /// began may be reused. The caller holds the pool's submit lock from
+    /// [`FrontCache::submit_begins`] to here, so submits finish in order.
     pub(super) fn submit_done(&self, epoch: u64) {
-        if self.epochs.ready.load(Ordering::Relaxed) <= epoch {
-            self.epochs.ready.store(epoch + 1, Ordering::Release);
-        }
+        self.epochs.ready.store(epoch + 1, Ordering::Release);
     }
 
     /// A block this thread parked for `key` with the label `label`, whose
@@ -298,7 +322,8 @@ impl FrontCache {
         let shard = cache.shard();
         let mut slot = shard.lock();
         // Checked under the shard's lock: the pool closes before it drains
-        // each shard, so a block parked here is either drained or refused.
+        // every shard under its lock (`Drain::EveryLocked`), so a block
+        // parked here is either drained or refused.
         if cache.generation.load(Ordering::Acquire) != r.generation
             || !cache.open.load(Ordering::Acquire)
             || slot.parked.len() >= SHARD_BLOCKS
@@ -310,25 +335,33 @@ impl FrontCache {
         Ok(())
     }
 
-    /// Takes every parked block out of every shard; the lock of a shard
-    /// that holds none is not taken.
-    pub(super) fn drain(&self, mut each: impl FnMut(Parked)) {
-        for shard in self.shards.iter() {
-            if shard.full.load(Ordering::Acquire) {
+    /// Takes the blocks parked in the shards `which` names and calls `each`
+    /// on them outside the shards' locks (so engine work and the drop of a
+    /// buffer never run while a thread waits for its shard).
+    pub(super) fn drain(&self, which: Drain, mut each: impl FnMut(Parked)) {
+        let shards = match which {
+            Drain::Mine => std::slice::from_ref(self.shard()),
+            Drain::Every | Drain::EveryLocked => &self.shards[..],
+        };
+        let mut taken = Vec::new();
+        for shard in shards {
+            if which != Drain::EveryLocked && !shard.full.load(Ordering::Acquire) {
+                continue;
+            }
+            {
                 let mut slot = shard.lock();
                 shard.full.store(false, Ordering::Relaxed);
-                slot.parked.drain(..).for_each(&mut each);
+                std::mem::swap(&mut slot.parked, &mut taken);
             }
-        }
-    }
-
-    /// Takes every block parked in this thread's shard.
-    pub(super) fn drain_mine(&self, each: impl FnMut(Parked)) {
-        let shard = self.shard();
-        if shard.full.load(Ordering::Acquire) {
+            if taken.is_empty() {
+                continue;
+            }
+            taken.drain(..).for_each(&mut each);
+            // Give the shard its own storage back, unless it parked meanwhile.
             let mut slot = shard.lock();
-            shard.full.store(false, Ordering::Relaxed);
-            slot.parked.drain(..).for_each(each);
+            if slot.parked.is_empty() {
+                std::mem::swap(&mut slot.parked, &mut taken);
+            }
         }
     }
 
@@ -340,7 +373,8 @@ impl FrontCache {
             .sum()
     }
 
-    /// Visits every parked block, leaving it parked (for invariant checks).
+    /// Visits every parked block, leaving it parked (for invariant checks;
+    /// `each` runs under the shard's lock).
     pub(super) fn visit(&self, mut each: impl FnMut(&Parked)) {
         for shard in self.shards.iter() {
             shard.lock().parked.iter().for_each(&mut each);

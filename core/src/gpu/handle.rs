@@ -164,13 +164,19 @@ impl Drop for PoolBuffer {
         };
         // Only the last strong handle, and only with no weak handle left: a
         // parked block must be unreachable but through the cache. Two loads
-        // where `Arc::get_mut` would take a lock on the weak count: no weak
-        // handle can appear meanwhile (making one needs a strong handle, and
-        // this is the only one), so once none is seen there is none.
-        if Arc::weak_count(&block) != 0 || Arc::strong_count(&block) != 1 {
+        // where `Arc::get_mut` would lock the weak count: once no weak handle
+        // is seen none can appear (making one needs a strong handle), and the
+        // fence between the loads orders them after the drop of the last
+        // weak handle, so a strong handle it upgraded to before is seen.
+        use std::sync::atomic::{Ordering, fence};
+        if Arc::weak_count(&block) != 0 {
             return;
         }
-        std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
+        fence(Ordering::Acquire);
+        if Arc::strong_count(&block) != 1 {
+            return;
+        }
+        fence(Ordering::Acquire);
         if block.mappable() {
             return;
         }

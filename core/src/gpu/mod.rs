@@ -23,6 +23,8 @@ mod usage;
 
 pub use backend::WgpuBackend;
 pub use desc::{Access, AllocDesc, GPU_USAGE, READ_WRITE_USAGE, Sharing};
+#[doc(hidden)]
+pub use front::pin_thread_shard;
 pub use handle::{BufferBlock, PoolBuffer, WeakBuffer};
 pub use pool::{Pool, PoolOptions, Reuse};
 pub use scope::{Scope, ScopeReport, ScopedBuffer};

@@ -22,7 +22,7 @@ use super::backend::{LostState, WgpuBackend};
 use super::desc::{
     AllocDesc, GPU_USAGE, GROUP_READ_ONLY, GROUP_READ_WRITE, READ_WRITE_USAGE, Sharing,
 };
-use super::front::{FrontCache, FrontRef, Key, Parked};
+use super::front::{Drain, FrontCache, FrontRef, Key, Parked};
 use super::handle::{BufferBlock, PoolBuffer};
 use super::scope::{Scope, ScopeReport};
 
@@ -112,6 +112,10 @@ pub(super) struct Inner {
     /// Whether the engine may hold blocks waiting for a submit (set before
     /// one is deferred there, cleared under the engine's lock when none is).
     engine_deferred: AtomicBool,
+    /// Held from a submit's start to its end, so submits finish in the order
+    /// they began and the ready epoch never passes one still under way (a
+    /// block dropped before it began may be in its command buffers).
+    submit_lock: Mutex<()>,
     /// Whether the app ever told the pool of a submit.
     declared: AtomicBool,
     /// Whether the "nothing is ever submitted" warning was given.
@@ -150,7 +154,7 @@ impl Inner {
         let mut engine = self.engine();
         let cache = self.front.cache;
         let mark = cache.reusable_mark();
-        cache.drain_mine(|p| self.hand_back(&mut engine, p, mark));
+        cache.drain(Drain::Mine, |p| self.hand_back(&mut engine, p, mark));
         self.reclaim(&mut engine);
         engine
     }
@@ -159,7 +163,7 @@ impl Inner {
     fn hand_back_all(&self, engine: &mut Engine<WgpuBackend>) {
         let cache = self.front.cache;
         let mark = cache.reusable_mark();
-        cache.drain(|p| self.hand_back(engine, p, mark));
+        cache.drain(Drain::Every, |p| self.hand_back(engine, p, mark));
     }
 
     /// Gives a parked block back to the engine: free, or pending until
@@ -167,7 +171,13 @@ impl Inner {
     fn hand_back(&self, engine: &mut Engine<WgpuBackend>, p: Parked, mark: u64) {
         let mut block = p.block;
         let Some(b) = Arc::get_mut(&mut block) else {
-            unreachable!("a parked block has no handle but the cache's");
+            // Cannot happen (a block parks only as its last handle); if it
+            // did, the other holder's drop returns the block, so leave it.
+            tracing::error!(
+                "vrampool: parked block {} still has a handle; left to it",
+                block.id
+            );
+            return;
         };
         // Returned here: the block's own drop must not return it again.
         b.pool = Weak::new();
@@ -177,6 +187,11 @@ impl Inner {
             self.note_engine_deferred();
             engine.defer_free_at(b.id, p.stamp)
         };
+    }
+
+    /// The submit lock (see `Inner::submit_lock`).
+    fn submit_order(&self) -> MutexGuard<'_, ()> {
+        self.submit_lock.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Before a block is deferred in the engine.
@@ -212,7 +227,7 @@ impl Drop for Inner {
         cache.close();
         let mut engine = self.engine.lock().unwrap_or_else(|e| e.into_inner());
         let mark = cache.reusable_mark();
-        cache.drain(|p| self.hand_back(&mut engine, p, mark));
+        cache.drain(Drain::EveryLocked, |p| self.hand_back(&mut engine, p, mark));
         engine.count_handed_on(cache.take_handed_on());
         drop(engine);
         cache.give_back();
@@ -291,6 +306,7 @@ impl Pool {
                 front: FrontCache::lend(options.reuse, options.front_cache),
                 front_enabled: options.front_cache,
                 engine_deferred: AtomicBool::new(false),
+                submit_lock: Mutex::new(()),
                 declared: AtomicBool::new(false),
                 warned: AtomicBool::new(false),
                 alloc_gate: async_lock::Mutex::new(()),
@@ -521,21 +537,28 @@ impl Pool {
         command_buffers: I,
     ) -> wgpu::SubmissionIndex {
         let cache = self.inner.front.cache;
-        let epoch = cache.submit_begins();
-        let index = self.inner.queue.submit(command_buffers);
-        cache.submit_done(epoch);
+        let index = {
+            let _order = self.inner.submit_order();
+            let epoch = cache.submit_begins();
+            let index = self.inner.queue.submit(command_buffers);
+            cache.submit_done(epoch);
+            index
+        };
         self.learned_of_submit();
         index
     }
 
     /// Tells the pool that every command buffer recorded so far has been
     /// submitted (or dropped): blocks dropped before this call become
-    /// reusable. For code that calls `queue.submit` itself. Two atomic
-    /// operations when no dropped block went the slow way (the engine's lock
-    /// otherwise).
+    /// reusable. For code that calls `queue.submit` itself. The pool's
+    /// submit lock and two atomic operations when no dropped block went the
+    /// slow way (the engine's lock too otherwise).
     pub fn submitted(&self) {
         let cache = self.inner.front.cache;
-        cache.submit_done(cache.submit_begins());
+        {
+            let _order = self.inner.submit_order();
+            cache.submit_done(cache.submit_begins());
+        }
         self.learned_of_submit();
     }
 
@@ -602,31 +625,36 @@ impl Pool {
     }
 
     /// Checks the invariants (see ARCHITECTURE.md): every block the front
-    /// cache holds is live in the engine and held once, then the engine's
-    /// own; O(blocks), for tests and debugging.
+    /// cache holds is this pool's, live in the engine, parked once and held
+    /// by nothing else; then the engine's own. Changes nothing (parked blocks
+    /// stay parked); O(blocks), for tests and debugging.
     pub fn check_invariants(&self) -> std::result::Result<(), InvariantError> {
-        let mut engine = self.inner.engine();
+        let engine = self.inner.engine();
         let mut seen = std::collections::HashSet::new();
         let mut wrong = None;
+        let this = Arc::as_ptr(&self.inner);
         self.inner.front.cache.visit(|p| {
-            let why = if !engine.is_live(p.block.id) {
+            let b = &p.block;
+            let why = if !std::ptr::eq(b.pool.as_ptr(), this) {
+                "parked in another pool's cache"
+            } else if !engine.is_live(b.id) {
                 "not live in the engine"
-            } else if !seen.insert(p.block.id) {
+            } else if !seen.insert(b.id) {
                 "parked twice"
+            } else if Arc::strong_count(b) != 1 || Arc::weak_count(b) != 0 {
+                "still reachable through another handle"
             } else {
                 return;
             };
             wrong.get_or_insert(InvariantError::Parked {
-                block: p.block.id.to_string(),
+                block: b.id.to_string(),
                 why,
             });
         });
-        if let Some(e) = wrong {
-            return Err(e);
+        match wrong {
+            Some(e) => Err(e),
+            None => engine.check_invariants(),
         }
-        drop(engine);
-        engine = self.inner.engine_reported();
-        engine.check_invariants()
     }
 
     /// Sets or clears the hard limit; cached memory above it is released.
@@ -648,8 +676,15 @@ impl Pool {
     /// records, every allocation and free goes through the engine (the front
     /// cache is closed), so the log has each one in order.
     pub fn start_recording(&self) {
-        self.inner.front.cache.set_open(false);
-        self.inner.engine_reported().start_recording()
+        let cache = self.inner.front.cache;
+        cache.set_open(false);
+        let mut engine = self.inner.engine_reported();
+        // Blocks parked while the cache closed, under each shard's lock.
+        let mark = cache.reusable_mark();
+        cache.drain(Drain::EveryLocked, |p| {
+            self.inner.hand_back(&mut engine, p, mark)
+        });
+        engine.start_recording()
     }
 
     /// Stops recording and returns the log.
