@@ -152,23 +152,27 @@ impl Inner {
     /// thread's miss another's.
     fn engine_mine(&self) -> MutexGuard<'_, Engine<WgpuBackend>> {
         let mut engine = self.engine();
-        let cache = self.front.cache;
-        let mark = cache.reusable_mark();
-        cache.drain(Drain::Mine, |p| self.hand_back(&mut engine, p, mark));
+        self.hand_back(&mut engine, Drain::Mine);
         self.reclaim(&mut engine);
         engine
     }
 
     /// Hands every parked block back to the engine.
     fn hand_back_all(&self, engine: &mut Engine<WgpuBackend>) {
-        let cache = self.front.cache;
-        let mark = cache.reusable_mark();
-        cache.drain(Drain::Every, |p| self.hand_back(engine, p, mark));
+        self.hand_back(engine, Drain::Every);
     }
 
-    /// Gives a parked block back to the engine: free, or pending until
+    /// Gives the blocks parked in the shards `which` names back to the
+    /// engine: free, or pending until a submit covers their drop.
+    fn hand_back(&self, engine: &mut Engine<WgpuBackend>, which: Drain) {
+        let cache = self.front.cache;
+        let mark = cache.reusable_mark();
+        cache.drain(which, |p| self.hand_back_one(engine, p, mark));
+    }
+
+    /// Gives one parked block back to the engine: free, or pending until
     /// `mark` covers its drop.
-    fn hand_back(&self, engine: &mut Engine<WgpuBackend>, p: Parked, mark: u64) {
+    fn hand_back_one(&self, engine: &mut Engine<WgpuBackend>, p: Parked, mark: u64) {
         let mut block = p.block;
         let Some(b) = Arc::get_mut(&mut block) else {
             // Cannot happen (a block parks only as its last handle); if it
@@ -225,9 +229,8 @@ impl Drop for Inner {
     fn drop(&mut self) {
         let cache = self.front.cache;
         cache.close();
-        let mut engine = self.engine.lock().unwrap_or_else(|e| e.into_inner());
-        let mark = cache.reusable_mark();
-        cache.drain(Drain::EveryLocked, |p| self.hand_back(&mut engine, p, mark));
+        let mut engine = self.engine();
+        self.hand_back(&mut engine, Drain::EveryLocked);
         engine.count_handed_on(cache.take_handed_on());
         drop(engine);
         cache.give_back();
@@ -680,10 +683,7 @@ impl Pool {
         cache.set_open(false);
         let mut engine = self.inner.engine_reported();
         // Blocks parked while the cache closed, under each shard's lock.
-        let mark = cache.reusable_mark();
-        cache.drain(Drain::EveryLocked, |p| {
-            self.inner.hand_back(&mut engine, p, mark)
-        });
+        self.inner.hand_back(&mut engine, Drain::EveryLocked);
         engine.start_recording()
     }
 
