@@ -142,20 +142,28 @@ fn a_temporary_dropped_before_submit_is_not_cleared_for_the_next_zeroed_block() 
     // before the encoder is submitted, and the next allocation of that size
     // asks for zeroed memory. The pool must not clear (or hand out) the
     // temporary's bytes before the copy has run.
+    // The next allocation has the temporary's own description (what a frame
+    // loop does: the front cache's path) or another one (the engine's).
     let pool = pool();
     let size = 64 << 10;
-    let dst = outside(&pool, size);
-    let tmp = filled(&pool, size, 0x5A);
-    let mut enc = pool.device().create_command_encoder(&Default::default());
-    enc.copy_buffer_to_buffer(tmp.buffer(), tmp.offset(), &dst, 0, size);
-    drop(tmp);
-    let next = pool.alloc(AllocDesc::storage(size).zeroed()).unwrap();
-    pool.queue().submit([enc.finish()]);
-    assert!(
-        read_raw(&pool, &dst).iter().all(|&b| b == 0x5A),
-        "the copy read the next owner's zeros"
-    );
-    assert!(read_back(&pool, &next).iter().all(|&b| b == 0), "zeroed");
+    for label in ["temporary", "next"] {
+        let dst = outside(&pool, size);
+        let tmp = filled(&pool, size, 0x5A);
+        let mut enc = pool.device().create_command_encoder(&Default::default());
+        enc.copy_buffer_to_buffer(tmp.buffer(), tmp.offset(), &dst, 0, size);
+        drop(tmp);
+        let next = pool
+            .alloc(AllocDesc::storage(size).label(label).zeroed())
+            .unwrap();
+        pool.queue().submit([enc.finish()]);
+        assert!(
+            read_raw(&pool, &dst).iter().all(|&b| b == 0x5A),
+            "the copy read the next owner's zeros ({label})"
+        );
+        assert!(read_back(&pool, &next).iter().all(|&b| b == 0), "zeroed");
+        drop(next);
+        pool.submitted();
+    }
 }
 
 #[test]
@@ -165,22 +173,26 @@ fn a_temporary_dropped_before_submit_never_shows_the_next_owners_writes() {
     // submit's command buffers — ahead of the recorded copy.
     let pool = pool();
     let size = 64 << 10;
-    let dst = outside(&pool, size);
-    let tmp = filled(&pool, size, 0x5A);
-    let mut enc = pool.device().create_command_encoder(&Default::default());
-    enc.copy_buffer_to_buffer(tmp.buffer(), tmp.offset(), &dst, 0, size);
-    drop(tmp);
-    let next = pool.alloc(AllocDesc::storage(size).label("next")).unwrap();
-    pool.queue()
-        .write_buffer(next.buffer(), next.offset(), &vec![0xC3; size as usize]);
-    pool.queue().submit([enc.finish()]);
-    let got = read_raw(&pool, &dst);
-    assert!(
-        got.iter().all(|&b| b == 0x5A),
-        "the first owner's copy read {:#x}: another owner's bytes",
-        got[0]
-    );
-    assert!(read_back(&pool, &next).iter().all(|&b| b == 0xC3));
+    for label in ["temporary", "next"] {
+        let dst = outside(&pool, size);
+        let tmp = filled(&pool, size, 0x5A);
+        let mut enc = pool.device().create_command_encoder(&Default::default());
+        enc.copy_buffer_to_buffer(tmp.buffer(), tmp.offset(), &dst, 0, size);
+        drop(tmp);
+        let next = pool.alloc(AllocDesc::storage(size).label(label)).unwrap();
+        pool.queue()
+            .write_buffer(next.buffer(), next.offset(), &vec![0xC3; size as usize]);
+        pool.queue().submit([enc.finish()]);
+        let got = read_raw(&pool, &dst);
+        assert!(
+            got.iter().all(|&b| b == 0x5A),
+            "the first owner's copy read {:#x}: another owner's bytes ({label})",
+            got[0]
+        );
+        assert!(read_back(&pool, &next).iter().all(|&b| b == 0xC3));
+        drop(next);
+        pool.submitted();
+    }
 }
 
 /// One owner of a block in the interleaving test: its tag, and whether the
@@ -201,6 +213,9 @@ struct Interleaving {
     zeroed_reuses: u64,
     submits: u64,
     cache_hits: u64,
+    /// Of `cache_hits`, served by the front cache (a block the thread
+    /// dropped with the same description).
+    front_hits: u64,
 }
 
 /// Random interleavings of what wgpu code does with pool blocks: allocate
@@ -213,6 +228,20 @@ struct Interleaving {
 /// zeroing reaching them first is counted. `empty_cache`: whether the run
 /// calls it too.
 fn interleave(pool: &Pool, ops: u64, seed: u64, empty_cache: bool) -> Interleaving {
+    interleave_with(pool, ops, seed, empty_cache, false)
+}
+
+/// [`interleave`]; `frame_loop`: every block is read-write and one of two
+/// sizes, as a frame loop's temporaries come back, so much of the reuse is
+/// the front cache's (a block the thread dropped with the same description)
+/// rather than the engine's.
+fn interleave_with(
+    pool: &Pool,
+    ops: u64,
+    seed: u64,
+    empty_cache: bool,
+    frame_loop: bool,
+) -> Interleaving {
     use vrampool_tests::{Pass, Range, Rng, Tagger};
     let tagger = Tagger::new(pool.device(), pool.queue());
     let mut rng = Rng(seed);
@@ -224,7 +253,17 @@ fn interleave(pool: &Pool, ops: u64, seed: u64, empty_cache: bool) -> Interleavi
     let mut batch = tagger.batch(BATCH);
     let mut enc = pool.device().create_command_encoder(&Default::default());
     tagger.reset_errors();
-    let hits_before = pool.stats().counters.cache_hits;
+    let before = pool.stats().counters;
+    // Ranges handed out so far (a hash of the buffer, the offset), to tell a
+    // zeroed block served from reused bytes without reading the pool's stats
+    // (which would hand every parked block back to the engine each time).
+    let mut handed = std::collections::HashSet::new();
+    let place = |b: &PoolBuffer| {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        b.buffer().hash(&mut h);
+        (h.finish(), b.offset())
+    };
     for op in 0..ops {
         let r = rng.below(100);
         let full = batch.len() + 2 >= BATCH;
@@ -252,24 +291,32 @@ fn interleave(pool: &Pool, ops: u64, seed: u64, empty_cache: bool) -> Interleavi
                 pool.empty_cache();
             }
         } else if r < 45 && owners.len() < 64 || owners.is_empty() {
-            let size = match rng.below(10) {
-                0..=6 => 4 + rng.below(16 << 10),
-                7..=8 => (16 << 10) + rng.below(256 << 10),
+            // A frame loop's temporaries come back at the same sizes (and go
+            // through the front cache); the rest are any size.
+            const FRAME_SIZES: [u64; 6] = [64, 256, 4 << 10, 16 << 10, 100 << 10, 1 << 20];
+            let size = match rng.below(20) {
+                _ if frame_loop => FRAME_SIZES[2 + rng.below(2) as usize],
+                0..=9 => FRAME_SIZES[rng.below(6) as usize],
+                10..=16 => 4 + rng.below(16 << 10),
+                17..=18 => (16 << 10) + rng.below(256 << 10),
                 _ => (256 << 10) + rng.below(2 << 20),
             } & !3;
-            let access = [Access::ReadWrite, Access::ReadOnly, Access::Any][rng.below(3) as usize];
+            let access = match rng.below(3) {
+                _ if frame_loop => Access::ReadWrite,
+                n => [Access::ReadWrite, Access::ReadOnly, Access::Any][n as usize],
+            };
             let zeroed = rng.below(4) == 0;
             let mut desc = AllocDesc::storage(size).access(access).label("owner");
             if zeroed {
                 desc = desc.zeroed();
             }
-            let hits = pool.stats().counters.cache_hits;
             let block = pool.alloc(desc).unwrap();
+            let reused = !handed.insert(place(&block));
             let tag = next_tag;
             next_tag += 1;
             let range = Range::from(&*block);
             if zeroed {
-                if pool.stats().counters.cache_hits > hits {
+                if reused {
                     out.zeroed_reuses += 1;
                 }
                 // Zeros first (checked when the encoder runs), then its tag.
@@ -302,7 +349,9 @@ fn interleave(pool: &Pool, ops: u64, seed: u64, empty_cache: bool) -> Interleavi
     let [c, z] = tagger.read_errors();
     out.corrupt += c as u64;
     out.nonzero += z as u64;
-    out.cache_hits = pool.stats().counters.cache_hits - hits_before;
+    let after = pool.stats().counters;
+    out.cache_hits = after.cache_hits - before.cache_hits;
+    out.front_hits = after.front_hits - before.front_hits;
     drop(owners);
     pool.check_invariants().unwrap();
     out
@@ -328,6 +377,23 @@ fn random_interleavings_never_show_an_owner_another_owners_bytes() {
     assert!(out.zeroed_reuses > ops / 500, "{out:?}");
     assert!(out.cache_hits > ops / 10, "memory was reused: {out:?}");
     assert!(out.submits > ops / 100, "{out:?}");
+}
+
+#[test]
+fn frame_loop_interleavings_through_the_front_cache_never_mix_owners() {
+    // The same property where blocks come back at the same few descriptions,
+    // so most reuse is the front cache's (a dropped block handed on without
+    // the engine): it too must wait for the submit after a drop.
+    let out = interleave_with(&pool(), 20_000, 0xf4a3_e100, true, true);
+    eprintln!("20000 frame-loop operations: {out:?}");
+    assert_eq!(
+        out.corrupt, 0,
+        "an owner read another owner's bytes: {out:?}"
+    );
+    assert_eq!(out.nonzero, 0, "a zeroed block held old bytes: {out:?}");
+    assert!(out.dropped_recorded > 20_000 / 50, "{out:?}");
+    assert!(out.front_hits > 20_000 / 100, "{out:?}");
+    assert!(out.zeroed_reuses > 20_000 / 500, "{out:?}");
 }
 
 #[test]
