@@ -87,13 +87,13 @@ struct Slot {
 /// line, so threads do not slow each other down. The lock is a spin lock
 /// (yielding while it waits): its owner takes it on every hit and drop, others
 /// only to drain it, and its unlock is a store where a `Mutex`'s is an atomic
-/// read-modify-write, a tenth of a hit's cost.
+/// read-modify-write.
 #[repr(align(128))]
 #[derive(Default)]
 struct Shard {
-    /// Whether `slot` may hold a block, so a flush skips empty shards
+    /// Whether `slot` may hold a block, so a drain skips empty shards
     /// without taking their locks.
-    full: AtomicBool,
+    occupied: AtomicBool,
     slot: SpinMutex<Slot, Yield>,
 }
 
@@ -281,7 +281,7 @@ impl FrontCache {
     /// drop a submit has covered.
     pub(super) fn take(&self, key: Key, label: Option<&str>) -> Option<Arc<BufferBlock>> {
         let shard = self.shard();
-        if !shard.full.load(Ordering::Relaxed) {
+        if !shard.occupied.load(Ordering::Relaxed) {
             return None;
         }
         let mut slot = shard.lock();
@@ -304,7 +304,7 @@ impl FrontCache {
         let parked = slot.parked.remove(i);
         slot.handed_on += 1;
         if slot.parked.is_empty() {
-            shard.full.store(false, Ordering::Relaxed);
+            shard.occupied.store(false, Ordering::Relaxed);
         }
         Some(parked.block)
     }
@@ -331,7 +331,7 @@ impl FrontCache {
             return Err(block);
         }
         slot.parked.push(Parked { block, key, stamp });
-        shard.full.store(true, Ordering::Release);
+        shard.occupied.store(true, Ordering::Release);
         Ok(())
     }
 
@@ -345,12 +345,12 @@ impl FrontCache {
         };
         let mut taken = Vec::new();
         for shard in shards {
-            if which != Drain::EveryLocked && !shard.full.load(Ordering::Acquire) {
+            if which != Drain::EveryLocked && !shard.occupied.load(Ordering::Acquire) {
                 continue;
             }
             {
                 let mut slot = shard.lock();
-                shard.full.store(false, Ordering::Relaxed);
+                shard.occupied.store(false, Ordering::Relaxed);
                 std::mem::swap(&mut slot.parked, &mut taken);
             }
             if taken.is_empty() {
