@@ -10,7 +10,7 @@ use crate::types::{BlockId, SegmentId};
 
 use super::desc::Sharing;
 use super::front::{FrontCache, FrontRef, Key};
-use super::pool::{Inner, Reuse};
+use super::pool::Inner;
 
 /// A block of a pool segment: the buffer, the range, and how to bind it.
 pub struct BufferBlock {
@@ -112,15 +112,10 @@ impl Drop for BufferBlock {
             self.buffer.unmap();
             drop(scope);
         }
-        let stamp = self.front.cache.stamp();
+        let cache = self.front.cache;
+        let stamp = cache.stamp();
         let mut engine = inner.engine();
-        let _ = match inner.reuse {
-            Reuse::Immediate => engine.free(self.id),
-            Reuse::AfterSubmit => {
-                inner.note_engine_deferred();
-                engine.defer_free_at(self.id, stamp)
-            }
-        };
+        inner.release(&mut engine, self.id, stamp, cache.reusable_mark());
     }
 }
 

@@ -16,7 +16,7 @@ use crate::error::{Error, OomInfo, Result};
 use crate::fault::Faults;
 use crate::snapshot::{Leak, Snapshot};
 use crate::stats::Stats;
-use crate::types::{Allocation, Request};
+use crate::types::{Allocation, BlockId, Request};
 
 use super::backend::{LostState, WgpuBackend};
 use super::desc::{
@@ -104,7 +104,6 @@ pub(super) struct Inner {
     lost: Arc<LostState>,
     widen_usage: bool,
     mappable_primary: bool,
-    pub(super) reuse: Reuse,
     /// Blocks dropped and not yet handed back to the engine (see front.rs).
     front: FrontRef,
     /// `PoolOptions::front_cache`.
@@ -185,22 +184,31 @@ impl Inner {
         };
         // Returned here: the block's own drop must not return it again.
         b.pool = Weak::new();
-        let _ = if p.stamp <= mark {
-            engine.free(b.id)
+        self.release(engine, b.id, p.stamp, mark);
+    }
+
+    /// A block whose owners are gone goes back to the engine: free when a
+    /// finished submit covers its drop `stamp` (`mark`: the stamps covered),
+    /// else pending until one does. Both ways back (the front cache's hand
+    /// back and a block's own drop) decide here.
+    pub(super) fn release(
+        &self,
+        engine: &mut Engine<WgpuBackend>,
+        id: BlockId,
+        stamp: u64,
+        mark: u64,
+    ) {
+        let _ = if stamp <= mark {
+            engine.free(id)
         } else {
-            self.note_engine_deferred();
-            engine.defer_free_at(b.id, p.stamp)
+            self.engine_deferred.store(true, Ordering::Release);
+            engine.defer_free_at(id, stamp)
         };
     }
 
     /// The submit lock (see `Inner::submit_lock`).
     fn submit_order(&self) -> MutexGuard<'_, ()> {
         self.submit_lock.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Before a block is deferred in the engine.
-    pub(super) fn note_engine_deferred(&self) {
-        self.engine_deferred.store(true, Ordering::Release);
     }
 
     /// Reclaims the engine's deferred blocks that a submit has covered.
@@ -305,7 +313,6 @@ impl Pool {
                 lost,
                 widen_usage: options.widen_usage,
                 mappable_primary,
-                reuse: options.reuse,
                 front: FrontCache::lend(options.reuse, options.front_cache),
                 front_enabled: options.front_cache,
                 engine_deferred: AtomicBool::new(false),
