@@ -136,22 +136,30 @@ fn filled(pool: &Pool, size: u64, fill: u8) -> PoolBuffer {
     b
 }
 
+/// A temporary filled with 0x5A, a copy of it into a buffer outside the pool
+/// recorded in an encoder not yet submitted, and the temporary dropped:
+/// returns the copy's destination and the encoder.
+fn copy_recorded_then_dropped(pool: &Pool, size: u64) -> (wgpu::Buffer, wgpu::CommandEncoder) {
+    let dst = outside(pool, size);
+    let tmp = filled(pool, size, 0x5A);
+    let mut enc = pool.device().create_command_encoder(&Default::default());
+    enc.copy_buffer_to_buffer(tmp.buffer(), tmp.offset(), &dst, 0, size);
+    drop(tmp);
+    (dst, enc)
+}
+
 #[test]
 fn a_temporary_dropped_before_submit_is_not_cleared_for_the_next_zeroed_block() {
     // Case 2: a copy out of a temporary is recorded, the temporary is dropped
     // before the encoder is submitted, and the next allocation of that size
     // asks for zeroed memory. The pool must not clear (or hand out) the
-    // temporary's bytes before the copy has run.
-    // The next allocation has the temporary's own description (what a frame
-    // loop does: the front cache's path) or another one (the engine's).
+    // temporary's bytes before the copy has run. The next allocation has the
+    // temporary's own description (what a frame loop does: the front cache's
+    // path) or another one (the engine's).
     let pool = pool();
     let size = 64 << 10;
     for label in ["temporary", "next"] {
-        let dst = outside(&pool, size);
-        let tmp = filled(&pool, size, 0x5A);
-        let mut enc = pool.device().create_command_encoder(&Default::default());
-        enc.copy_buffer_to_buffer(tmp.buffer(), tmp.offset(), &dst, 0, size);
-        drop(tmp);
+        let (dst, enc) = copy_recorded_then_dropped(&pool, size);
         let next = pool
             .alloc(AllocDesc::storage(size).label(label).zeroed())
             .unwrap();
@@ -174,11 +182,7 @@ fn a_temporary_dropped_before_submit_never_shows_the_next_owners_writes() {
     let pool = pool();
     let size = 64 << 10;
     for label in ["temporary", "next"] {
-        let dst = outside(&pool, size);
-        let tmp = filled(&pool, size, 0x5A);
-        let mut enc = pool.device().create_command_encoder(&Default::default());
-        enc.copy_buffer_to_buffer(tmp.buffer(), tmp.offset(), &dst, 0, size);
-        drop(tmp);
+        let (dst, enc) = copy_recorded_then_dropped(&pool, size);
         let next = pool.alloc(AllocDesc::storage(size).label(label)).unwrap();
         pool.queue()
             .write_buffer(next.buffer(), next.offset(), &vec![0xC3; size as usize]);
