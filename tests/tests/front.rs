@@ -50,6 +50,49 @@ fn a_dropped_block_serves_the_next_same_request_only_after_a_submit() {
     assert_eq!(s.total.allocated_bytes.current, 2 * 4096);
 }
 
+/// A thread that has submitted parks its drops unstamped, for its next
+/// submit to stamp (front.rs). Unstamped, a block serves nobody; stamped at a
+/// hand-back, it waits in the engine for the next submit, and no longer.
+#[test]
+fn a_submitting_threads_unstamped_drops_wait_for_a_submit_wherever_they_go() {
+    let pool = pool();
+    let desc = AllocDesc::storage(4096).read_write();
+    pool.submitted(); // this thread submits: its drops park unstamped
+    let a = pool.alloc(desc).unwrap();
+    let at = place(&a);
+    drop(a);
+    let b = pool.alloc(desc).unwrap();
+    let bt = place(&b);
+    assert_ne!(bt, at, "an unstamped block was handed out before a submit");
+    drop(b);
+    // The figures hand both back: pending in the engine, not free.
+    let s = pool.stats();
+    assert_eq!(s.total.allocated_bytes.current, 0);
+    assert_eq!(s.total.pending_bytes.current, 2 * 4096);
+    let c = pool.alloc(desc).unwrap();
+    assert!(
+        place(&c) != at && place(&c) != bt,
+        "a block handed back before a submit was reused"
+    );
+    pool.submitted();
+    // The submit covers a and b: the engine serves them again.
+    let d = pool.alloc(desc).unwrap();
+    let e = pool.alloc(desc).unwrap();
+    let got = [place(&d), place(&e)];
+    assert!(
+        got.contains(&at) && got.contains(&bt),
+        "the submit did not make the handed-back blocks reusable"
+    );
+    drop((c, d, e));
+    // And the front cache's own path: dropped since the last submit, served after it.
+    let f = pool.alloc(desc).unwrap();
+    let ft = place(&f);
+    drop(f);
+    pool.submitted();
+    assert_eq!(place(&pool.alloc(desc).unwrap()), ft);
+    pool.check_invariants().unwrap();
+}
+
 #[test]
 fn figures_leaks_and_empty_cache_see_parked_blocks_as_freed() {
     let pool = pool();

@@ -22,8 +22,16 @@
 //! Submits are counted here too, as two epochs: a block dropped under
 //! [`Reuse::AfterSubmit`] is stamped with `dropped`, and may serve a new
 //! owner once `ready` has passed its stamp — after the pool learned of a
-//! submit that began after the drop. The pool moves both under its submit
-//! lock, so `ready` only grows and never passes a submit still under way.
+//! submit that began after the drop. `ready` only grows; the pool keeps it
+//! from passing a [`Pool::submit`](super::Pool::submit) still under way.
+//!
+//! A thread that submits does not read `dropped` at each drop (every
+//! thread's submit writes it, so with several threads submitting most reads
+//! would miss the cache): its blocks park unstamped and its own next submit
+//! stamps them, under the shard's lock, with the epoch that submit begins.
+//! A block still unstamped when it leaves its shard some other way (a
+//! thread's miss, a drain) is stamped then with the epoch of that moment,
+//! later than its drop's and so never too early.
 
 use std::cell::Cell;
 use std::sync::Arc;
@@ -38,6 +46,10 @@ use super::pool::Reuse;
 
 /// Blocks one shard holds at most; a drop past it goes to the engine.
 const SHARD_BLOCKS: usize = 64;
+
+/// The stamp of a block parked by a submitting thread before a submit,
+/// a miss or a drain stamps it (see the module's doc); never reusable as is.
+const UNSTAMPED: u64 = u64::MAX;
 
 /// Which shards [`FrontCache::drain`] empties.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,7 +80,8 @@ pub(super) struct Key {
 pub(super) struct Parked {
     pub(super) block: Arc<BufferBlock>,
     pub(super) key: Key,
-    /// The submit epoch of the drop ([`FrontCache::stamp`]).
+    /// The submit epoch of the drop ([`FrontCache::stamp`]), or
+    /// [`UNSTAMPED`] while it is in its shard.
     pub(super) stamp: u64,
 }
 
@@ -81,6 +94,24 @@ struct Slot {
     /// every stamp below it, so a take need not read the shared epoch (which
     /// every submit writes) while its blocks are under it.
     seen_ready: u64,
+    /// The shard's thread submits: its drops park [`UNSTAMPED`] for its next
+    /// submit to stamp. Cleared when another thread's submit would have
+    /// covered blocks still unstamped, so a thread that stops submitting
+    /// goes back to stamping at the drop.
+    lazy: bool,
+}
+
+impl Slot {
+    /// Stamps the blocks parked unstamped with `epoch`.
+    fn stamp_unstamped(&mut self, epoch: u64) {
+        for p in self.parked.iter_mut().filter(|p| p.stamp == UNSTAMPED) {
+            p.stamp = epoch;
+        }
+    }
+
+    fn has_unstamped(&self) -> bool {
+        self.parked.iter().any(|p| p.stamp == UNSTAMPED)
+    }
 }
 
 /// One thread's share (threads past the shard count share): its own cache
@@ -221,6 +252,7 @@ impl FrontCache {
             let mut slot = shard.lock();
             slot.handed_on = 0;
             slot.seen_ready = 0;
+            slot.lazy = false;
         }
         cache.open.store(open, Ordering::Release);
         let generation = cache.generation.load(Ordering::Acquire);
@@ -265,16 +297,51 @@ impl FrontCache {
     }
 
     /// A submit begins: blocks dropped from now on wait for the next one.
-    /// Returns the epoch to pass to [`FrontCache::submit_done`].
+    /// This thread's blocks parked unstamped take the epoch as it was before
+    /// (a submit that begins at it begins after their drops: this one, or
+    /// one on another thread that came first), and its later drops park
+    /// unstamped too. Returns the epoch to pass to [`FrontCache::submit_done`].
     pub(super) fn submit_begins(&self) -> u64 {
-        self.epochs.dropped.fetch_add(1, Ordering::AcqRel)
+        let before = self.epochs.dropped.load(Ordering::Acquire);
+        {
+            let mut slot = self.shard().lock();
+            slot.stamp_unstamped(before);
+            slot.lazy = true;
+        }
+        // Sequentially consistent: the pool orders it against the flag of a
+        // `Pool::submit` under way (see `Pool::submitted`).
+        self.epochs.dropped.fetch_add(1, Ordering::SeqCst)
     }
 
     /// The submit begun at `epoch` is in the queue: blocks dropped before it
-    /// began may be reused. The caller holds the pool's submit lock from
-    /// [`FrontCache::submit_begins`] to here, so submits finish in order.
+    /// began may be reused.
     pub(super) fn submit_done(&self, epoch: u64) {
-        self.epochs.ready.store(epoch + 1, Ordering::Release);
+        self.epochs.ready.fetch_max(epoch + 1, Ordering::AcqRel);
+        // This thread's next take finds the blocks just stamped ready
+        // without reading the shared epoch.
+        let mut slot = self.shard().lock();
+        slot.seen_ready = slot.seen_ready.max(epoch + 1);
+    }
+
+    /// [`Pool::submitted`](super::Pool::submitted): a submit that begins and
+    /// is done at once, under this thread's shard lock only. `under_way`, read
+    /// after the drop epoch's advance, says whether a `Pool::submit` is under
+    /// way; if so the ready epoch moves only once `wait` returns.
+    pub(super) fn submit_now<G>(&self, under_way: impl FnOnce() -> bool, wait: impl FnOnce() -> G) {
+        let shard = self.shard();
+        let mut slot = shard.lock();
+        let before = self.epochs.dropped.load(Ordering::Acquire);
+        slot.stamp_unstamped(before);
+        slot.lazy = true;
+        let epoch = self.epochs.dropped.fetch_add(1, Ordering::SeqCst);
+        if under_way() {
+            drop(slot);
+            let _waited = wait();
+            self.submit_done(epoch);
+            return;
+        }
+        self.epochs.ready.fetch_max(epoch + 1, Ordering::AcqRel);
+        slot.seen_ready = slot.seen_ready.max(epoch + 1);
     }
 
     /// A block this thread parked for `key` with the label `label`, whose
@@ -296,7 +363,18 @@ impl FrontCache {
         let i = match find(&slot, slot.seen_ready) {
             Some(i) => i,
             None => {
-                slot.seen_ready = self.epochs.ready.load(Ordering::Acquire);
+                let ready = self.epochs.ready.load(Ordering::Acquire);
+                if slot.has_unstamped() {
+                    if ready != slot.seen_ready {
+                        // Another thread's submit came first: stamping at
+                        // the drop would have let these go now.
+                        slot.lazy = false;
+                    }
+                    // Read after their parks (under this lock): the epoch
+                    // now is at or past each one's drop.
+                    slot.stamp_unstamped(self.epochs.dropped.load(Ordering::Acquire));
+                }
+                slot.seen_ready = ready;
                 find(&slot, slot.seen_ready)?
             }
         };
@@ -318,7 +396,6 @@ impl FrontCache {
         key: Key,
     ) -> Result<(), Arc<BufferBlock>> {
         let cache = r.cache;
-        let stamp = cache.stamp();
         let shard = cache.shard();
         let mut slot = shard.lock();
         // Checked under the shard's lock: the pool closes before it drains
@@ -330,6 +407,11 @@ impl FrontCache {
         {
             return Err(block);
         }
+        let stamp = if slot.lazy && !cache.immediate.load(Ordering::Relaxed) {
+            UNSTAMPED
+        } else {
+            cache.stamp()
+        };
         slot.parked.push(Parked { block, key, stamp });
         shard.occupied.store(true, Ordering::Release);
         Ok(())
@@ -351,6 +433,10 @@ impl FrontCache {
             {
                 let mut slot = shard.lock();
                 shard.occupied.store(false, Ordering::Relaxed);
+                if slot.has_unstamped() {
+                    // As in `take`: the epoch now, read after their parks.
+                    slot.stamp_unstamped(self.epochs.dropped.load(Ordering::Acquire));
+                }
                 std::mem::swap(&mut slot.parked, &mut taken);
             }
             if taken.is_empty() {

@@ -111,10 +111,14 @@ pub(super) struct Inner {
     /// Whether the engine may hold blocks waiting for a submit (set before
     /// one is deferred there, cleared under the engine's lock when none is).
     engine_deferred: AtomicBool,
-    /// Held from a submit's start to its end, so submits finish in the order
-    /// they began and the ready epoch never passes one still under way (a
-    /// block dropped before it began may be in its command buffers).
+    /// Held by [`Pool::submit`] from its start to its end, so submits finish
+    /// in the order they began and the ready epoch never passes one still
+    /// under way (a block dropped before it began may be in its command
+    /// buffers).
     submit_lock: Mutex<()>,
+    /// A [`Pool::submit`] is under way (set and cleared under the submit
+    /// lock): a [`Pool::submitted`] that sees it waits for the lock.
+    submitting: AtomicBool,
     /// Whether the app ever told the pool of a submit.
     declared: AtomicBool,
     /// Whether the "nothing is ever submitted" warning was given.
@@ -317,6 +321,7 @@ impl Pool {
                 front_enabled: options.front_cache,
                 engine_deferred: AtomicBool::new(false),
                 submit_lock: Mutex::new(()),
+                submitting: AtomicBool::new(false),
                 declared: AtomicBool::new(false),
                 warned: AtomicBool::new(false),
                 alloc_gate: async_lock::Mutex::new(()),
@@ -549,9 +554,11 @@ impl Pool {
         let cache = self.inner.front.cache;
         let index = {
             let _order = self.inner.submit_order();
+            self.inner.submitting.store(true, Ordering::SeqCst);
             let epoch = cache.submit_begins();
             let index = self.inner.queue.submit(command_buffers);
             cache.submit_done(epoch);
+            self.inner.submitting.store(false, Ordering::SeqCst);
             index
         };
         self.learned_of_submit();
@@ -560,15 +567,24 @@ impl Pool {
 
     /// Tells the pool that every command buffer recorded so far has been
     /// submitted (or dropped): blocks dropped before this call become
-    /// reusable. For code that calls `queue.submit` itself. The pool's
-    /// submit lock and two atomic operations when no dropped block went the
-    /// slow way (the engine's lock too otherwise).
+    /// reusable. For code that calls `queue.submit` itself; with several
+    /// threads, every thread's command buffers recorded before the call must
+    /// be submitted, as from one thread. It takes no lock shared between
+    /// threads: two atomic operations and the calling thread's front-cache
+    /// shard (to stamp the blocks it dropped since its last submit), the
+    /// engine's lock too when a dropped block went the slow way, and it waits
+    /// for a [`Pool::submit`] under way on another thread (whose command
+    /// buffers a block dropped before may be in).
     pub fn submitted(&self) {
-        let cache = self.inner.front.cache;
-        {
-            let _order = self.inner.submit_order();
-            cache.submit_done(cache.submit_begins());
-        }
+        // The epoch's advance and the flag's load are sequentially consistent
+        // with `Pool::submit`'s store: a submit not seen under way takes its
+        // epoch after this call's, so its command buffers are ones recorded
+        // before this call and not yet submitted only if the caller broke the
+        // promise above, as with any other encoder.
+        self.inner.front.cache.submit_now(
+            || self.inner.submitting.load(Ordering::SeqCst),
+            || self.inner.submit_order(),
+        );
         self.learned_of_submit();
     }
 
