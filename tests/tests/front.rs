@@ -53,11 +53,11 @@ fn a_dropped_block_serves_the_next_same_request_only_after_a_submit() {
 /// A thread that has submitted parks its drops unstamped, for its next
 /// submit to stamp (front.rs). Unstamped, a block serves nobody; stamped at a
 /// hand-back, it waits in the engine for the next submit, and no longer.
-#[test]
-fn a_submitting_threads_unstamped_drops_wait_for_a_submit_wherever_they_go() {
+/// Through `Pool::submitted` and through `Pool::submit` alike.
+fn unstamped_drops_wait_for_a_submit_wherever_they_go(submit: fn(&Pool)) {
     let pool = pool();
     let desc = AllocDesc::storage(4096).read_write();
-    pool.submitted(); // this thread submits: its drops park unstamped
+    submit(&pool); // this thread submits: its drops park unstamped
     let a = pool.alloc(desc).unwrap();
     let at = place(&a);
     drop(a);
@@ -74,7 +74,7 @@ fn a_submitting_threads_unstamped_drops_wait_for_a_submit_wherever_they_go() {
         place(&c) != at && place(&c) != bt,
         "a block handed back before a submit was reused"
     );
-    pool.submitted();
+    submit(&pool);
     // The submit covers a and b: the engine serves them again.
     let d = pool.alloc(desc).unwrap();
     let e = pool.alloc(desc).unwrap();
@@ -88,9 +88,58 @@ fn a_submitting_threads_unstamped_drops_wait_for_a_submit_wherever_they_go() {
     let f = pool.alloc(desc).unwrap();
     let ft = place(&f);
     drop(f);
-    pool.submitted();
+    submit(&pool);
     assert_eq!(place(&pool.alloc(desc).unwrap()), ft);
     pool.check_invariants().unwrap();
+}
+
+#[test]
+fn a_submitting_threads_unstamped_drops_wait_for_submitted_wherever_they_go() {
+    unstamped_drops_wait_for_a_submit_wherever_they_go(|pool| pool.submitted());
+}
+
+#[test]
+fn a_submitting_threads_unstamped_drops_wait_for_submit_wherever_they_go() {
+    unstamped_drops_wait_for_a_submit_wherever_they_go(|pool| {
+        pool.submit(Vec::<wgpu::CommandBuffer>::new());
+    });
+}
+
+/// Threads past the shard count share one: a thread that never submits, on
+/// the shard of one that does, parks unstamped too, and its block waits for
+/// the next submit from either thread.
+#[test]
+fn a_thread_sharing_a_submitting_shard_waits_for_the_next_submit() {
+    let pool = pool();
+    let desc = AllocDesc::storage(4096).read_write();
+    vrampool::pin_thread_shard(0);
+    pool.submitted(); // shard 0 submits: its drops park unstamped
+    let (at, bt) = std::thread::scope(|s| {
+        s.spawn(|| {
+            vrampool::pin_thread_shard(0);
+            let a = pool.alloc(desc).unwrap();
+            let at = place(&a);
+            drop(a);
+            let b = pool.alloc(desc).unwrap();
+            let bt = place(&b);
+            assert_ne!(bt, at, "a block was handed out before a submit");
+            drop(b);
+            (at, bt)
+        })
+        .join()
+        .unwrap()
+    });
+    // b waits unstamped in shard 0 (a went to the engine at b's miss). This
+    // thread's submit stamps b, and its next request takes b from the shard;
+    // the engine serves a, which the submit covers too.
+    pool.submitted();
+    let c = pool.alloc(desc).unwrap();
+    let d = pool.alloc(desc).unwrap();
+    assert_eq!(place(&c), bt);
+    assert_eq!(place(&d), at);
+    pool.check_invariants().unwrap();
+    assert_eq!(pool.stats().counters.front_hits, 1);
+    drop((c, d));
 }
 
 #[test]

@@ -25,13 +25,13 @@
 //! submit that began after the drop. `ready` only grows; the pool keeps it
 //! from passing a [`Pool::submit`](super::Pool::submit) still under way.
 //!
-//! A thread that submits does not read `dropped` at each drop (every
+//! A shard whose thread submits does not read `dropped` at each drop (every
 //! thread's submit writes it, so with several threads submitting most reads
-//! would miss the cache): its blocks park unstamped and its own next submit
-//! stamps them, under the shard's lock, with the epoch that submit begins.
-//! A block still unstamped when it leaves its shard some other way (a
-//! thread's miss, a drain) is stamped then with the epoch of that moment,
-//! later than its drop's and so never too early.
+//! would miss the cache): its blocks park unstamped and the next submit from
+//! the shard stamps them, under the shard's lock, with the epoch that submit
+//! begins. Blocks still unstamped when the shard's take misses, or when a
+//! drain takes them, are stamped then with the epoch of that moment, read
+//! under the shard's lock after their parks, so never too early.
 
 use std::cell::Cell;
 use std::sync::Arc;
@@ -94,10 +94,11 @@ struct Slot {
     /// every stamp below it, so a take need not read the shared epoch (which
     /// every submit writes) while its blocks are under it.
     seen_ready: u64,
-    /// The shard's thread submits: its drops park [`UNSTAMPED`] for its next
-    /// submit to stamp. Cleared when another thread's submit would have
-    /// covered blocks still unstamped, so a thread that stops submitting
-    /// goes back to stamping at the drop.
+    /// A thread of this shard submits: drops here park [`UNSTAMPED`] for the
+    /// shard's next submit to stamp (any thread sharing the shard, too).
+    /// Cleared when another shard's submit would have covered blocks still
+    /// unstamped, so a shard whose threads stop submitting goes back to
+    /// stamping at the drop.
     lazy: bool,
 }
 
@@ -297,17 +298,20 @@ impl FrontCache {
     }
 
     /// A submit begins: blocks dropped from now on wait for the next one.
-    /// This thread's blocks parked unstamped take the epoch as it was before
-    /// (a submit that begins at it begins after their drops: this one, or
-    /// one on another thread that came first), and its later drops park
-    /// unstamped too. Returns the epoch to pass to [`FrontCache::submit_done`].
+    /// Returns the epoch to pass to [`FrontCache::submit_done`].
     pub(super) fn submit_begins(&self) -> u64 {
-        let before = self.epochs.dropped.load(Ordering::Acquire);
-        {
-            let mut slot = self.shard().lock();
-            slot.stamp_unstamped(before);
-            slot.lazy = true;
-        }
+        self.begin(&mut self.shard().lock())
+    }
+
+    /// A submit begins, under the lock of the calling thread's shard `slot`:
+    /// the blocks parked there unstamped take the drop epoch as it is now,
+    /// read under that lock and so after their parks (a submit that begins at
+    /// it begins after their drops: this one, or one on another thread that
+    /// came first), and the shard's later drops park unstamped too. Returns
+    /// the epoch this submit begins.
+    fn begin(&self, slot: &mut Slot) -> u64 {
+        slot.stamp_unstamped(self.epochs.dropped.load(Ordering::SeqCst));
+        slot.lazy = true;
         // Sequentially consistent: the pool orders it against the flag of a
         // `Pool::submit` under way (see `Pool::submitted`).
         self.epochs.dropped.fetch_add(1, Ordering::SeqCst)
@@ -324,16 +328,12 @@ impl FrontCache {
     }
 
     /// [`Pool::submitted`](super::Pool::submitted): a submit that begins and
-    /// is done at once, under this thread's shard lock only. `under_way`, read
+    /// is done at once, under the calling thread's shard lock. `under_way`, read
     /// after the drop epoch's advance, says whether a `Pool::submit` is under
     /// way; if so the ready epoch moves only once `wait` returns.
     pub(super) fn submit_now<G>(&self, under_way: impl FnOnce() -> bool, wait: impl FnOnce() -> G) {
-        let shard = self.shard();
-        let mut slot = shard.lock();
-        let before = self.epochs.dropped.load(Ordering::Acquire);
-        slot.stamp_unstamped(before);
-        slot.lazy = true;
-        let epoch = self.epochs.dropped.fetch_add(1, Ordering::SeqCst);
+        let mut slot = self.shard().lock();
+        let epoch = self.begin(&mut slot);
         if under_way() {
             drop(slot);
             let _waited = wait();

@@ -569,12 +569,12 @@ impl Pool {
     /// submitted (or dropped): blocks dropped before this call become
     /// reusable. For code that calls `queue.submit` itself; with several
     /// threads, every thread's command buffers recorded before the call must
-    /// be submitted, as from one thread. It takes no lock shared between
-    /// threads: two atomic operations and the calling thread's front-cache
-    /// shard (to stamp the blocks it dropped since its last submit), the
-    /// engine's lock too when a dropped block went the slow way, and it waits
-    /// for a [`Pool::submit`] under way on another thread (whose command
-    /// buffers a block dropped before may be in).
+    /// be submitted, as from one thread. It takes no pool-wide lock: two
+    /// atomic operations under the lock of the calling thread's front-cache
+    /// shard (to stamp the blocks dropped there since its last submit), the
+    /// engine's lock too when a dropped block went the slow way, and the
+    /// submit lock only to wait for a [`Pool::submit`] under way on another
+    /// thread (whose command buffers a block dropped before may be in).
     pub fn submitted(&self) {
         // The epoch's advance and the flag's load are sequentially consistent
         // with `Pool::submit`'s store: a submit not seen under way takes its
