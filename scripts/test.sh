@@ -50,11 +50,15 @@ bash scripts/fuzz.sh
 # async paths in the browser (wasm-bindgen-test), then the end-to-end test.
 cargo xtask build
 cargo build --release -p vrampool-cli
+# Chromium's profile under chromedriver outlives the run (tens of MB each time):
+# keep it in a folder of its own, removed after.
+browser_tmp="$(mktemp -d)"
 (
   cd web
-  CHROMEDRIVER=/usr/bin/chromedriver \
+  TMPDIR="$browser_tmp" CHROMEDRIVER=/usr/bin/chromedriver \
     CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER=wasm-bindgen-test-runner \
     cargo test --target wasm32-unknown-unknown --test in_browser
 )
+rm -rf "$browser_tmp"
 (cd tests/browser && npm ci --no-audit --no-fund --loglevel=error)
 node tests/browser/e2e.mjs
