@@ -1,6 +1,7 @@
 #!/bin/bash
 # Issue 14's H200 run (binaries built here and stripped into .bin/: vrampool,
-# vrampool_before = ad7e6ea's core with this bench harness, the release test
+# vrampool_before = the core to compare against built with this bench harness
+# (ad7e6ea: before the front cache; bef5662: before the lazy stamps), the release test
 # binaries front, front_handover, gpu_tests, reliability, and the criterion
 # bench pool_vs_raw; the Vulkan loader carried in .gl/, see BENCHMARKS.md).
 # Before and after alternate in one session; every output lands in $OUT.
