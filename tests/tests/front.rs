@@ -412,3 +412,46 @@ fn handles_dropped_while_their_pool_goes_park_nowhere() {
         drop(held);
     }
 }
+
+/// `Pool::submitted` takes no pool-wide lock, but waits for a `Pool::submit`
+/// under way on another thread: a block dropped before that submit began may
+/// be in its command buffers, which the queue has not taken yet.
+#[test]
+fn submitted_waits_for_a_submit_under_way() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::mpsc;
+    let pool = pool();
+    let encoder = pool.device().create_command_encoder(&Default::default());
+    let (release, hold) = mpsc::channel::<()>();
+    let (started, begun) = mpsc::channel::<()>();
+    let returned = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        // The queue takes the command buffers from this iterator inside
+        // `Pool::submit`: it stops there until released.
+        let mut cmds = Some(encoder.finish());
+        let blocking = std::iter::from_fn(move || {
+            let cmd = cmds.take()?;
+            started.send(()).unwrap();
+            hold.recv().unwrap();
+            Some(cmd)
+        });
+        s.spawn(|| {
+            pool.submit(blocking);
+        });
+        begun.recv().unwrap();
+        let waiter = s.spawn(|| {
+            pool.submitted();
+            returned.store(true, Ordering::SeqCst);
+        });
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let early = returned.load(Ordering::SeqCst);
+        release.send(()).unwrap(); // before asserting, so a failure ends the scope
+        waiter.join().unwrap();
+        assert!(
+            !early,
+            "submitted() returned while a Pool::submit was under way"
+        );
+        assert!(returned.load(Ordering::SeqCst));
+    });
+    pool.check_invariants().unwrap();
+}
