@@ -320,10 +320,15 @@ impl FrontCache {
     /// The submit begun at `epoch` is in the queue: blocks dropped before it
     /// began may be reused.
     pub(super) fn submit_done(&self, epoch: u64) {
+        self.done(&mut self.shard().lock(), epoch);
+    }
+
+    /// [`FrontCache::submit_done`] under the lock of the calling thread's
+    /// shard `slot`.
+    fn done(&self, slot: &mut Slot, epoch: u64) {
         self.epochs.ready.fetch_max(epoch + 1, Ordering::AcqRel);
         // This thread's next take finds the blocks just stamped ready
         // without reading the shared epoch.
-        let mut slot = self.shard().lock();
         slot.seen_ready = slot.seen_ready.max(epoch + 1);
     }
 
@@ -338,10 +343,9 @@ impl FrontCache {
             drop(slot);
             let _waited = wait();
             self.submit_done(epoch);
-            return;
+        } else {
+            self.done(&mut slot, epoch);
         }
-        self.epochs.ready.fetch_max(epoch + 1, Ordering::AcqRel);
-        slot.seen_ready = slot.seen_ready.max(epoch + 1);
     }
 
     /// A block this thread parked for `key` with the label `label`, whose
