@@ -21,18 +21,28 @@ fn place(b: &vrampool::BufferBlock) -> (wgpu::Buffer, u64) {
     (b.buffer().clone(), b.offset())
 }
 
+/// Allocates `desc`, drops it, allocates it again and drops that, with no
+/// submit between: the second must not get the first's bytes (its commands
+/// may not be submitted yet). Returns where the two lived.
+fn two_drops_before_a_submit(
+    pool: &Pool,
+    desc: AllocDesc<'_>,
+) -> ((wgpu::Buffer, u64), (wgpu::Buffer, u64)) {
+    let a = pool.alloc(desc).unwrap();
+    let at = place(&a);
+    drop(a);
+    let b = pool.alloc(desc).unwrap();
+    let bt = place(&b);
+    assert_ne!(bt, at, "a pending block was handed out before a submit");
+    drop(b);
+    (at, bt)
+}
+
 #[test]
 fn a_dropped_block_serves_the_next_same_request_only_after_a_submit() {
     let pool = pool();
     let desc = AllocDesc::storage(4096).read_write();
-    let a = pool.alloc(desc).unwrap();
-    let at = place(&a);
-    drop(a);
-    // No submit yet: a's bytes may still be used by a recorded command.
-    let b = pool.alloc(desc).unwrap();
-    assert_ne!(place(&b), at, "a pending block was handed out");
-    let bt = place(&b);
-    drop(b);
+    let (at, bt) = two_drops_before_a_submit(&pool, desc);
     pool.submitted();
     // b waited in the front cache for the submit: the next request gets it
     // from there; a went back to the engine on b's miss, pending, and the
@@ -58,13 +68,7 @@ fn unstamped_drops_wait_for_a_submit_wherever_they_go(submit: fn(&Pool)) {
     let pool = pool();
     let desc = AllocDesc::storage(4096).read_write();
     submit(&pool); // this thread submits: its drops park unstamped
-    let a = pool.alloc(desc).unwrap();
-    let at = place(&a);
-    drop(a);
-    let b = pool.alloc(desc).unwrap();
-    let bt = place(&b);
-    assert_ne!(bt, at, "an unstamped block was handed out before a submit");
-    drop(b);
+    let (at, bt) = two_drops_before_a_submit(&pool, desc);
     // The figures hand both back: pending in the engine, not free.
     let s = pool.stats();
     assert_eq!(s.total.allocated_bytes.current, 0);
@@ -117,14 +121,7 @@ fn a_thread_sharing_a_submitting_shard_waits_for_the_next_submit() {
     let (at, bt) = std::thread::scope(|s| {
         s.spawn(|| {
             vrampool::pin_thread_shard(0);
-            let a = pool.alloc(desc).unwrap();
-            let at = place(&a);
-            drop(a);
-            let b = pool.alloc(desc).unwrap();
-            let bt = place(&b);
-            assert_ne!(bt, at, "a block was handed out before a submit");
-            drop(b);
-            (at, bt)
+            two_drops_before_a_submit(&pool, desc)
         })
         .join()
         .unwrap()
