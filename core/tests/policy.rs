@@ -1,7 +1,8 @@
 //! The policy's knobs, each on a workload made to show it: the cache limit
 //! keeps the segment a loop reuses, medium segments made before a hard limit
 //! still serve under it, the churn limit stops a loop from re-creating its
-//! segments and never grows the headroom past its cap, and configurations
+//! segments and never grows the headroom past its cap, a small workload
+//! splits small remainders off large blocks, and configurations
 //! that cannot work are refused with the field's name.
 
 use vrampool::{Config, Engine, Error, Limit, ReleaseOrder, Request, SimulatedDevice};
@@ -86,6 +87,46 @@ fn alternate(config: Config) -> (u64, u64, Engine<SimulatedDevice>) {
     let later = allocs(&e) - first;
     e.free(live.id).unwrap();
     (first, later, e)
+}
+
+#[test]
+fn a_small_workload_splits_small_remainders_off_large_blocks() {
+    // A freed block serves a slightly smaller request. In a workload of a
+    // few MiB a 0.5 MiB remainder is split off (it is more than H / 2048);
+    // in one of 8 GiB a remainder is split off from 1 MiB, as under a hard
+    // limit, where a cached block serves only a request filling 90 % of it.
+    let reuse = |e: &mut Engine<SimulatedDevice>, block: u64, less: u64| {
+        let a = e.allocate(Request::new(block, 0)).unwrap();
+        e.free(a.id).unwrap();
+        let hits = e.stats().counters.cache_hits;
+        let b = e.allocate(Request::new(block - less, 0)).unwrap();
+        assert_eq!(e.stats().counters.cache_hits, hits + 1);
+        e.check_invariants().unwrap();
+        e.free(b.id).unwrap();
+        b.size
+    };
+    let mut e = engine(Config::default());
+    assert_eq!(reuse(&mut e, 3 * MIB, MIB / 2), 5 * MIB / 2);
+
+    // (At 8 GiB allocated, requests up to 164 MiB are medium: 200 MiB is large.)
+    let mut e = engine(Config::default());
+    let big: Vec<_> = (0..4)
+        .map(|_| e.allocate(Request::new(2 << 30, 0)).unwrap())
+        .collect();
+    assert_eq!(reuse(&mut e, 200 * MIB, MIB / 2), 200 * MIB);
+    assert_eq!(
+        reuse(&mut e, 200 * MIB, 3 * MIB / 2),
+        200 * MIB - 3 * MIB / 2
+    );
+    for b in big {
+        e.free(b.id).unwrap();
+    }
+
+    let mut e = engine(Config {
+        limit: Some(Limit::Bytes(64 * MIB)),
+        ..Config::default()
+    });
+    assert_eq!(reuse(&mut e, 6 * MIB, MIB / 2), 6 * MIB);
 }
 
 #[test]

@@ -208,15 +208,12 @@ const GAPS: &[(&str, u64, &str)] = &[
     ("llm_decode", 64, "M"),
     ("lstm_train", 1, "AB"),
     ("model_swap", 1, "AB"),
-    ("model_swap", 16, "R"),
     ("resnet_train", 1, "B"),
-    ("resnet_train", 64, "R"),
     ("small_loop", 1, "RAB"),
     ("small_loop", 16, "M"),
     ("small_mlp", 1, "A"),
     ("unet_diffusion", 1, "RAB"),
     ("varlen_batches", 1, "B"),
-    ("varlen_batches", 64, "R"),
     ("vit_finetune", 16, "R"),
     // Held out (data/traces/heldout).
     ("gan_train", 1, "RAB"),
@@ -225,7 +222,6 @@ const GAPS: &[(&str, u64, &str)] = &[
     ("serve_varbatch", 1, "RAB"),
     ("serve_varbatch", 16, "R"),
     ("serve_varbatch", 64, "R"),
-    ("t5_seq2seq", 16, "R"),
     ("t5_seq2seq", 64, "R"),
 ];
 

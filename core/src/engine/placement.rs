@@ -142,6 +142,19 @@ impl<B: Backend> Engine<B> {
         })
     }
 
+    /// The smallest remainder split off a large block: the profile's
+    /// [`Placement::min_split_remainder`], or less for a small workload (see
+    /// [`Placement::split_remainder_fraction`]).
+    pub(super) fn min_split_remainder(&self) -> u64 {
+        let p = self.placement();
+        if p.split_remainder_fraction > 0.0 {
+            let scaled = (self.high_water as f64 * p.split_remainder_fraction) as u64;
+            p.min_split_remainder.min(scaled.max(self.config.alignment))
+        } else {
+            p.min_split_remainder
+        }
+    }
+
     /// A new small segment grows with what small segments already hold (see
     /// [`Placement::small_segment_growth`]).
     fn grown_small_segment(&self) -> u64 {

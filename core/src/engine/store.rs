@@ -234,7 +234,7 @@ impl<B: Backend> Engine<B> {
         let remainder = size - rounded;
         let split = match class {
             SegmentClass::Exclusive => false,
-            SegmentClass::Large => remainder >= self.placement().min_split_remainder,
+            SegmentClass::Large => remainder >= self.min_split_remainder(),
             SegmentClass::Medium if self.config.shared_large_pool => {
                 remainder >= self.placement().min_split_remainder
             }
