@@ -79,9 +79,11 @@ pub struct Placement {
     pub min_split_remainder: u64,
     /// Scales [`Placement::min_split_remainder`] down for a small workload: a
     /// remainder of at least this fraction of the most bytes ever allocated
-    /// is split off too (never less than the alignment; 0 = off). A remainder
-    /// left inside a block is allocated bytes no request asked for: 1 MiB of
-    /// it per block is noise at 10 GiB and a sixth of a 50 MiB workload.
+    /// is split off too (never less than the alignment; 0 = off, which is
+    /// also what a configuration saved without the field reads as). A
+    /// remainder left inside a block is allocated bytes no request asked for:
+    /// at ÷64 a trace's 1.5–2.4 MiB tensors kept up to 0.9 MiB each.
+    #[serde(default)]
     pub split_remainder_fraction: f64,
     /// A cached large block serves a request only if the request fills at least
     /// this fraction of it (0 = any larger block is split).

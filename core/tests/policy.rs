@@ -130,6 +130,21 @@ fn a_small_workload_splits_small_remainders_off_large_blocks() {
 }
 
 #[test]
+fn a_configuration_saved_before_split_remainder_fraction_still_reads() {
+    let mut saved = serde_json::to_value(Config::default()).unwrap();
+    for profile in ["without_limit", "under_limit"] {
+        let p = saved[profile].as_object_mut().unwrap();
+        assert!(p.remove("split_remainder_fraction").is_some());
+    }
+    let read: Config = serde_json::from_value(saved).unwrap();
+    assert_eq!(read.without_limit.split_remainder_fraction, 0.0);
+    assert_eq!(
+        read.without_limit.min_split_remainder,
+        Config::default().without_limit.min_split_remainder
+    );
+}
+
+#[test]
 fn the_churn_limit_stops_a_loop_from_recreating_its_segments() {
     let (_, later, _) = alternate(Config {
         churn_limit: 0.0,
@@ -257,6 +272,9 @@ fn configurations_that_cannot_work_are_refused_by_name() {
     let mut c = Config::default();
     c.without_limit.split_guard = Some(0.0);
     refused(c, "split_guard");
+    let mut c = Config::default();
+    c.without_limit.split_remainder_fraction = -0.001;
+    refused(c, "without_limit.split_remainder_fraction");
     // A bad headroom set later is refused and changes nothing.
     let mut e = engine(Config::default());
     assert!(e.set_headroom(Some(-0.5)).is_err());

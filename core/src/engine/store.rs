@@ -236,7 +236,7 @@ impl<B: Backend> Engine<B> {
             SegmentClass::Exclusive => false,
             SegmentClass::Large => remainder >= self.min_split_remainder(),
             SegmentClass::Medium if self.config.shared_large_pool => {
-                remainder >= self.placement().min_split_remainder
+                remainder >= self.min_split_remainder()
             }
             _ => remainder >= self.config.alignment,
         };
