@@ -125,27 +125,30 @@ fn measure() -> Vec<Row> {
 fn render(rows: &[Row]) -> String {
     use std::fmt::Write;
     let mut s = String::from(
-        "| trace | scale | peak live | vrampool: ratio / device allocs / min budget | pytorch preset: ratio / device allocs / min budget |\n|---|---|---|---|---|\n",
+        "| trace | scale | peak live | vrampool: ratio / device allocs / created / min budget | pytorch preset: ratio / device allocs / created / min budget | targets missed |\n|---|---|---|---|---|---|\n",
     );
     let cell = |r: &Row| {
         format!(
-            "{:.3} / {} / {}",
+            "{:.3} / {} / {} / {}",
             r.ratio,
             r.device_allocs,
+            vrampool::fmt_bytes(r.bytes_created),
             r.min_budget.map_or("> 4x".into(), |m| format!("{m:.3}x"))
         )
     };
     for pair in rows.chunks(2) {
         let (v, p) = (&pair[0], &pair[1]);
+        let m = missed(v, p);
         let _ = writeln!(
             s,
-            "| {}{} | ÷{} | {} | {} | {} |",
+            "| {}{} | ÷{} | {} | {} | {} | {} |",
             v.trace,
             if v.held_out { " (held out)" } else { "" },
             v.scale,
             vrampool::fmt_bytes(v.peak_live),
             cell(v),
-            cell(p)
+            cell(p),
+            if m.is_empty() { "—" } else { &m }
         );
     }
     s
