@@ -14,8 +14,14 @@ timeout 90 $B bench --threads 1,2,4,8,16 --json > $OUT/bench.json 2>> $OUT/log.t
 echo "== gpu tests --ignored $(date +%T)" >> $OUT/log.txt
 [ -x .bin/gpu_tests ] && timeout 40 .bin/gpu_tests --ignored --test-threads 1 >> $OUT/log.txt 2>&1
 end=$((SECONDS + ${BUDGET:-400}))
+# The three runs of a trace rotate their order from trace to trace (and with
+# ROTATE=1 or 2 from run to run), so no binary always runs first.
+order=(vrampool pytorch before)
+i=${ROTATE:-0}
 for t in $(ls -S -r data/traces/*.csv.gz data/traces/heldout/*.csv.gz); do
-  for p in vrampool pytorch before; do
+  i=$((i + 1))
+  for k in 0 1 2; do
+    p=${order[$(( (i + k) % 3 ))]}
     left=$((end - SECONDS)); [ $left -lt 5 ] && { echo "out of time at $t $p" >> $OUT/log.txt; break 2; }
     if [ $p = before ]; then bin=.bin/vrampool_before; pol=vrampool; else bin=$B; pol=$p; fi
     echo "== $t $p $(date +%T)" >> $OUT/log.txt
