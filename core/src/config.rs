@@ -140,10 +140,10 @@ impl Placement {
     /// is H / 32 (at least twice the request, at most 384 MiB); small segments
     /// start at 2 MiB and grow by 1/8 of what small segments hold, up to
     /// H / 64 and 32 MiB; a large block's remainder is split off from
-    /// H / 2048 (1 MiB from H = 2 GiB up). A 10 MiB workload and a 100 GiB one both land near
-    /// their live bytes: on the corpus at ÷1, ÷16 and ÷64 the mean ratio went
-    /// from 1.92 (fixed 8 MiB / 384 MiB segments) to 1.22, and to 1.205 with
-    /// the split remainders (BENCHMARKS.md).
+    /// H / 2048 (1 MiB from H = 2 GiB up). A 10 MiB workload and a 100 GiB
+    /// one both land near their live bytes: on the corpus at ÷1, ÷16 and ÷64
+    /// the mean ratio went from 1.92 (fixed 8 MiB / 384 MiB segments) to
+    /// 1.22, and to 1.205 with the split remainders (BENCHMARKS.md).
     pub fn without_limit() -> Self {
         Placement {
             small_request: 1 << 20,
