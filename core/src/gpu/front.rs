@@ -332,6 +332,19 @@ impl FrontCache {
         slot.seen_ready = slot.seen_ready.max(epoch + 1);
     }
 
+    /// Stamps the blocks `slot` holds unstamped (a miss or a drain found
+    /// them before a submit did) with the drop epoch of this moment: read
+    /// under the shard's lock, so after their parks, at or past each one's
+    /// drop. The shared epoch is read only when there are some. Returns
+    /// whether there were.
+    fn stamp_late(&self, slot: &mut Slot) -> bool {
+        if !slot.has_unstamped() {
+            return false;
+        }
+        slot.stamp_unstamped(self.epochs.dropped.load(Ordering::Acquire));
+        true
+    }
+
     /// [`Pool::submitted`](super::Pool::submitted): a submit that begins and
     /// is done at once, under the calling thread's shard lock. `under_way`, read
     /// after the drop epoch's advance, says whether a `Pool::submit` is under
@@ -368,15 +381,10 @@ impl FrontCache {
             Some(i) => i,
             None => {
                 let ready = self.epochs.ready.load(Ordering::Acquire);
-                if slot.has_unstamped() {
-                    if ready != slot.seen_ready {
-                        // Another thread's submit came first: stamping at
-                        // the drop would have let these go now.
-                        slot.lazy = false;
-                    }
-                    // Read after their parks (under this lock): the epoch
-                    // now is at or past each one's drop.
-                    slot.stamp_unstamped(self.epochs.dropped.load(Ordering::Acquire));
+                if self.stamp_late(&mut slot) && ready != slot.seen_ready {
+                    // Another thread's submit came first: stamping at the
+                    // drop would have let the blocks just stamped go now.
+                    slot.lazy = false;
                 }
                 slot.seen_ready = ready;
                 find(&slot, slot.seen_ready)?
@@ -437,10 +445,7 @@ impl FrontCache {
             {
                 let mut slot = shard.lock();
                 shard.occupied.store(false, Ordering::Relaxed);
-                if slot.has_unstamped() {
-                    // As in `take`: the epoch now, read after their parks.
-                    slot.stamp_unstamped(self.epochs.dropped.load(Ordering::Acquire));
-                }
+                self.stamp_late(&mut slot);
                 std::mem::swap(&mut slot.parked, &mut taken);
             }
             if taken.is_empty() {
