@@ -1,6 +1,7 @@
 //! The policy's knobs, each on a workload made to show it: the cache limit
 //! keeps the segment a loop reuses, medium segments made before a hard limit
-//! still serve under it, the churn limit stops a loop from re-creating its
+//! still serve under it, the headroom packs a request into a cached block
+//! before it releases, the churn limit stops a loop from re-creating its
 //! segments and never grows the headroom past its cap, a small workload
 //! splits small remainders off large blocks, and configurations
 //! that cannot work are refused with the field's name.
@@ -144,17 +145,57 @@ fn a_configuration_saved_before_split_remainder_fraction_still_reads() {
     );
 }
 
+/// The default without [`Config::pack_before_release`], to show the churn
+/// limit alone.
+fn unpacked() -> Config {
+    Config {
+        pack_before_release: false,
+        ..Config::default()
+    }
+}
+
 #[test]
-fn the_churn_limit_stops_a_loop_from_recreating_its_segments() {
+fn the_headroom_packs_a_request_into_a_cached_block_before_it_releases() {
+    // The 150 MiB tensor fits in the cached 400 MiB block, which the split
+    // guard refuses (it is more than 0.085 × the 1400 MiB high water); the
+    // headroom would release that block to create a 150 MiB one, then the
+    // 400 MiB one again. Packing serves it from the block instead: two device
+    // allocations in all, and nothing held above the high water.
+    let (first, later, e) = alternate(Config::default());
+    assert_eq!((first, later), (2, 0));
+    assert_eq!(e.stats().total.reserved_bytes.peak, 1400 * MIB);
+    assert_eq!(e.stats().counters.device_frees, 0);
+    e.check_invariants().unwrap();
     let (_, later, _) = alternate(Config {
         churn_limit: 0.0,
-        ..Config::default()
+        ..unpacked()
     });
     assert_eq!(
         later, 80,
         "the negative control re-creates twice an iteration"
     );
-    let (first, later, e) = alternate(Config::default());
+}
+
+#[test]
+fn a_configuration_saved_before_pack_before_release_still_reads() {
+    let mut saved = serde_json::to_value(Config::default()).unwrap();
+    let fields = saved.as_object_mut().unwrap();
+    assert!(fields.remove("pack_before_release").is_some());
+    let read: Config = serde_json::from_value(saved).unwrap();
+    assert_eq!(read, unpacked());
+}
+
+#[test]
+fn the_churn_limit_stops_a_loop_from_recreating_its_segments() {
+    let (_, later, _) = alternate(Config {
+        churn_limit: 0.0,
+        ..unpacked()
+    });
+    assert_eq!(
+        later, 80,
+        "the negative control re-creates twice an iteration"
+    );
+    let (first, later, e) = alternate(unpacked());
     assert_eq!(later, 0, "no device allocation once the target grew");
     assert!(first <= 20, "{first} device allocations before it grew");
     // The target grew by at most the cap: 0.2 × the high water.
@@ -173,7 +214,8 @@ fn the_headroom_credit_never_passes_its_cap() {
     // 100 MiB live and 1000 / 400 MiB tensors in turn need 1.36 × the high
     // water to stop churning: more than the cap allows, so the pool keeps
     // churning rather than hold more than (1.085 + 0.2) × the high water.
-    let mut e = engine(Config::default());
+    // (Packing would serve the 400 MiB tensor from the 1000 MiB block.)
+    let mut e = engine(unpacked());
     let _live = e.allocate(Request::new(100 * MIB, 0)).unwrap();
     for _ in 0..50 {
         touch(&mut e, 1000 * MIB);

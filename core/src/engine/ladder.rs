@@ -152,6 +152,14 @@ impl<B: Backend> Engine<B> {
         {
             if size > rounded && self.held() + rounded <= target {
                 size = self.fit(size, rounded, target);
+            } else if self.config.pack_before_release
+                && let Some(b) = self.find_any_fit(pool, class, rounded)
+            {
+                // Releasing a free block only to create another one buys
+                // memory with churn: a cached block that holds the request
+                // serves it, whatever its size.
+                self.counters.cache_hits += 1;
+                return Ok(Planned::Hit(self.take_block(b, rounded, req)));
             } else {
                 let mut target = target;
                 if self.churning() {

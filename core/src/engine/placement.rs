@@ -11,6 +11,16 @@ use crate::types::SegmentClass;
 use super::Engine;
 use super::store::round_up;
 
+/// Which rule decides whether a cached large block may serve a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fit {
+    /// The placement's: [`Placement::large_fit`], or
+    /// [`Placement::GUARDED_FIT`] for a block the split guard covers.
+    Placement,
+    /// Any block that holds the request.
+    Any,
+}
+
 /// The free-index key of each class.
 fn class_code(c: SegmentClass) -> u8 {
     match c {
@@ -108,15 +118,42 @@ impl<B: Backend> Engine<B> {
             })
     }
 
+    /// What the soft headroom takes before it releases cached segments to
+    /// make room (see [`Config::pack_before_release`](crate::Config::pack_before_release)):
+    /// the smallest cached block that holds `rounded` in the request's class,
+    /// then (small and medium requests) among large blocks, whatever size it
+    /// is. The split guard and `large_fit` do not apply: the alternative is
+    /// releasing a free block only to create another.
+    pub(super) fn find_any_fit(&self, pool: u16, class: SegmentClass, rounded: u64) -> Option<u32> {
+        let packed = matches!(class, SegmentClass::Small | SegmentClass::Medium);
+        if !packed && class != SegmentClass::Large {
+            return None;
+        }
+        self.find_free_by(pool, class, rounded, Fit::Any)
+            .or_else(|| {
+                if packed && self.placement().reuse_large_blocks {
+                    self.find_free_by(pool, SegmentClass::Large, rounded, Fit::Any)
+                } else {
+                    None
+                }
+            })
+    }
+
     /// Best fit: the smallest free block of `class` that holds `rounded`, if
     /// the fit rules let it serve the request. Blocks are ordered by size, so
     /// when the smallest candidate is refused, every larger one would be too.
     fn find_free(&self, pool: u16, class: SegmentClass, rounded: u64) -> Option<u32> {
+        self.find_free_by(pool, class, rounded, Fit::Placement)
+    }
+
+    /// [`Engine::find_free`] with a large block held to `fit`.
+    fn find_free_by(&self, pool: u16, class: SegmentClass, rounded: u64, fit: Fit) -> Option<u32> {
         let p = &self.pools[pool as usize];
         let key = self.key(class);
         let &(_, size, index) = p.free.range((key, rounded, 0)..(key + 1, 0, 0)).next()?;
         let too_big = match class {
             SegmentClass::Exclusive => size > rounded + rounded / 4,
+            SegmentClass::Large if fit == Fit::Any => false,
             SegmentClass::Large => {
                 let fit = if self.split_guarded(size) {
                     Placement::GUARDED_FIT
