@@ -200,13 +200,15 @@ pub struct Config {
     /// as a fraction of the high water.
     #[serde(default)]
     pub max_headroom_credit: f64,
-    /// Before the soft headroom releases cached segments to make room for a
-    /// new one, it serves the request from any cached block that holds it,
-    /// even one the split guard or `large_fit` would refuse: releasing a free
-    /// block only to create another buys memory with churn. On the corpus at
-    /// ÷1 it cut the bytes of segments created from 1.51 × the PyTorch
-    /// preset's to 1.05 × (the worst trace from 7.3 × to 1.7 ×; BENCHMARKS.md).
-    /// `false` is also what a configuration saved without the field reads as.
+    /// Once the soft headroom has created a segment of the same size as one
+    /// it released (the workload's loop came back for it), then before it
+    /// releases cached segments to make room for a new one, it serves the
+    /// request from any cached block that holds it, even one the split guard
+    /// or `large_fit` would refuse: releasing a free block only to create
+    /// another buys memory with churn. Waiting for that evidence keeps a
+    /// workload's first pass (where long-lived tensors such as optimizer state
+    /// are made) from pinning big blocks. `false` is also what a configuration
+    /// saved without the field reads as; BENCHMARKS.md has the figures.
     #[serde(default)]
     pub pack_before_release: bool,
     /// The soft headroom does not act while reserved bytes are below this, so

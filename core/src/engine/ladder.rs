@@ -153,11 +153,13 @@ impl<B: Backend> Engine<B> {
             if size > rounded && self.held() + rounded <= target {
                 size = self.fit(size, rounded, target);
             } else if self.config.pack_before_release
+                && self.recreated
                 && let Some(b) = self.find_any_fit(pool, class, rounded)
             {
-                // Releasing a free block only to create another one buys
-                // memory with churn: a cached block that holds the request
-                // serves it, whatever its size.
+                // The loop has come back for a segment the headroom released:
+                // releasing a free block only to create another buys memory
+                // with churn, so a cached block that holds the request serves
+                // it, whatever its size.
                 self.counters.cache_hits += 1;
                 return Ok(Planned::Hit(self.take_block(b, rounded, req)));
             } else {
@@ -172,9 +174,10 @@ impl<B: Backend> Engine<B> {
                     target = self.soft_target(rounded).unwrap_or(target);
                 }
                 self.soft_released +=
-                    self.release_ordered((self.held() + size).saturating_sub(target));
+                    self.release_for_headroom((self.held() + size).saturating_sub(target));
             }
         }
+        self.note_recreation(size);
         let label = format!(
             "vrampool {} segment {}",
             self.pools[pool as usize].name, self.counters.device_allocs

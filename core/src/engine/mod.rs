@@ -107,7 +107,16 @@ pub struct Engine<B: Backend> {
     headroom_credit: u64,
     /// The high water when `soft_released` last started from 0.
     soft_high: u64,
+    /// Sizes of the last [`RELEASED_SIZES`] segments the soft headroom released.
+    released_sizes: Vec<u64>,
+    /// The soft headroom has created a segment of a size it had released: the
+    /// workload's loop comes back to what the headroom gives up, so from now
+    /// on it packs before it releases (see [`Config::pack_before_release`]).
+    recreated: bool,
 }
+
+/// How many released segment sizes the soft headroom remembers.
+const RELEASED_SIZES: usize = 64;
 
 impl<B: Backend> Engine<B> {
     /// Makes an engine over `backend`; preallocates if the config asks.
@@ -147,6 +156,8 @@ impl<B: Backend> Engine<B> {
             soft_released: 0,
             headroom_credit: 0,
             soft_high: 0,
+            released_sizes: Vec::new(),
+            recreated: false,
         };
         engine.limit = engine.resolve_limit(engine.config.limit)?;
         if let Growth::Preallocate(bytes) = engine.config.growth {
@@ -222,11 +233,14 @@ impl<B: Backend> Engine<B> {
         Ok(())
     }
 
-    /// Forgets what the soft headroom released and the credit it granted.
+    /// Forgets what the soft headroom released, the credit it granted and
+    /// whether it saw a segment re-created.
     pub(super) fn reset_churn(&mut self) {
         self.soft_released = 0;
         self.headroom_credit = 0;
         self.soft_high = self.high_water;
+        self.released_sizes.clear();
+        self.recreated = false;
     }
 
     /// Registers an observer called on every out-of-memory, after the cache

@@ -26,7 +26,12 @@ impl<B: Backend> Engine<B> {
     /// orders were measured on the traces too and hold more memory; see
     /// BENCHMARKS.md.)
     pub(super) fn release(&mut self, need: u64) -> u64 {
-        self.release_measured(need, Measure::Reserved, ReleaseOrder::LeastRecentlyUsed)
+        self.release_measured(
+            need,
+            Measure::Reserved,
+            ReleaseOrder::LeastRecentlyUsed,
+            None,
+        )
     }
 
     /// What the soft headroom and the hard limit release: [`Engine::release`]
@@ -35,11 +40,39 @@ impl<B: Backend> Engine<B> {
     /// the segment just freed is the one a loop wants next.)
     pub(super) fn release_ordered(&mut self, need: u64) -> u64 {
         let order = self.config.release_order;
-        self.release_measured(need, Measure::Reserved, order)
+        self.release_measured(need, Measure::Reserved, order, None)
     }
 
-    /// [`Engine::release`] with `need` counted in `measure`.
-    fn release_measured(&mut self, need: u64, measure: Measure, order: ReleaseOrder) -> u64 {
+    /// What the soft headroom releases: [`Engine::release_ordered`], with the
+    /// sizes it released remembered (see [`Engine::note_recreation`]).
+    pub(super) fn release_for_headroom(&mut self, need: u64) -> u64 {
+        let order = self.config.release_order;
+        let mut sizes = std::mem::take(&mut self.released_sizes);
+        let released = self.release_measured(need, Measure::Reserved, order, Some(&mut sizes));
+        let over = sizes.len().saturating_sub(super::RELEASED_SIZES);
+        sizes.drain(..over);
+        self.released_sizes = sizes;
+        released
+    }
+
+    /// Notes a segment of `size` about to be created: if the soft headroom
+    /// released one of that size, the loop came back for it.
+    pub(super) fn note_recreation(&mut self, size: u64) {
+        if let Some(i) = self.released_sizes.iter().position(|&s| s == size) {
+            self.released_sizes.swap_remove(i);
+            self.recreated = true;
+        }
+    }
+
+    /// [`Engine::release`] with `need` counted in `measure`; the size of each
+    /// segment released is pushed onto `sizes` if given.
+    fn release_measured(
+        &mut self,
+        need: u64,
+        measure: Measure,
+        order: ReleaseOrder,
+        mut sizes: Option<&mut Vec<u64>>,
+    ) -> u64 {
         if need == 0 {
             return 0;
         }
@@ -69,6 +102,9 @@ impl<B: Backend> Engine<B> {
             }
             let pending = self.segments[i as usize].as_ref().map_or(0, |s| s.pending);
             let size = self.remove_segment(i);
+            if let Some(sizes) = sizes.as_deref_mut() {
+                sizes.push(size);
+            }
             released += size;
             counted += match measure {
                 Measure::Reserved => size,
@@ -90,6 +126,7 @@ impl<B: Backend> Engine<B> {
                 self.total.cached_bytes.current - limit,
                 Measure::Cached,
                 ReleaseOrder::LeastRecentlyUsed,
+                None,
             );
         }
     }
