@@ -180,7 +180,9 @@ pub struct Config {
     pub growth: Growth,
     /// Soft headroom: without a hard limit, the pool keeps reserved bytes near
     /// `(1 + headroom) ×` the highest allocated bytes so far by releasing unused cached segments
-    /// before it creates a new one. `None` disables it (cache everything).
+    /// before it creates a new one (or, with [`Config::pack_before_release`],
+    /// by packing the request into a cached block instead). `None` disables it
+    /// (cache everything).
     /// Under a hard limit it does not act: the limit is the cap, and releasing
     /// below it only re-creates the same segments (at a limit of 1.5 × peak
     /// live it made 1.8 × the device allocations on the corpus).
@@ -200,8 +202,9 @@ pub struct Config {
     /// as a fraction of the high water.
     #[serde(default)]
     pub max_headroom_credit: f64,
-    /// Once the soft headroom has created a segment of the same size as one
-    /// it released (the workload's loop came back for it), then before it
+    /// Once the engine has made a segment of the same pool, class and size as
+    /// one of the last 64 the soft headroom released (the workload's loop
+    /// came back for it), then before it
     /// releases cached segments to make room for a new one, it serves the
     /// request from any cached block that holds it, even one the split guard
     /// or `large_fit` would refuse: releasing a free block only to create

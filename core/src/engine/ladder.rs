@@ -15,6 +15,7 @@ use crate::error::{Error, OomInfo, Result};
 use crate::types::{Allocation, Request, SegmentClass};
 
 use super::Engine;
+use super::release::Released;
 use super::store::round_up;
 
 /// What [`Engine::plan`] decided.
@@ -177,7 +178,6 @@ impl<B: Backend> Engine<B> {
                     self.release_for_headroom((self.held() + size).saturating_sub(target));
             }
         }
-        self.note_recreation(size);
         let label = format!(
             "vrampool {} segment {}",
             self.pools[pool as usize].name, self.counters.device_allocs
@@ -200,6 +200,13 @@ impl<B: Backend> Engine<B> {
     /// request's block in it.
     pub fn commit(&mut self, plan: SegmentPlan, segment: B::Segment) -> Allocation {
         self.in_flight -= plan.size;
+        if self.limit.is_none() {
+            self.note_recreation(Released {
+                pool: plan.pool,
+                class: plan.class,
+                size: plan.size,
+            });
+        }
         let index = self.insert_segment(segment, plan.label, plan.pool, plan.class, plan.size);
         self.counters.cache_misses += 1;
         let first = self.segments[index as usize].as_ref().unwrap().first;

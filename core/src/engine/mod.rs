@@ -107,16 +107,15 @@ pub struct Engine<B: Backend> {
     headroom_credit: u64,
     /// The high water when `soft_released` last started from 0.
     soft_high: u64,
-    /// Sizes of the last [`RELEASED_SIZES`] segments the soft headroom released.
-    released_sizes: Vec<u64>,
-    /// The soft headroom has created a segment of a size it had released: the
-    /// workload's loop comes back to what the headroom gives up, so from now
-    /// on it packs before it releases (see [`Config::pack_before_release`]).
+    /// The last [`release::RELEASED_KEPT`] segments the soft headroom
+    /// released, oldest first.
+    released: VecDeque<release::Released>,
+    /// The engine has made a segment of the pool, class and size of one the
+    /// soft headroom released: the workload's loop comes back to what the
+    /// headroom gives up, so from now on it packs before it releases (see
+    /// [`Config::pack_before_release`]).
     recreated: bool,
 }
-
-/// How many released segment sizes the soft headroom remembers.
-const RELEASED_SIZES: usize = 64;
 
 impl<B: Backend> Engine<B> {
     /// Makes an engine over `backend`; preallocates if the config asks.
@@ -156,7 +155,7 @@ impl<B: Backend> Engine<B> {
             soft_released: 0,
             headroom_credit: 0,
             soft_high: 0,
-            released_sizes: Vec::new(),
+            released: VecDeque::new(),
             recreated: false,
         };
         engine.limit = engine.resolve_limit(engine.config.limit)?;
@@ -239,7 +238,7 @@ impl<B: Backend> Engine<B> {
         self.soft_released = 0;
         self.headroom_credit = 0;
         self.soft_high = self.high_water;
-        self.released_sizes.clear();
+        self.released.clear();
         self.recreated = false;
     }
 

@@ -5,8 +5,20 @@ use std::cmp::Reverse;
 
 use crate::backend::Backend;
 use crate::config::ReleaseOrder;
+use crate::types::SegmentClass;
 
 use super::Engine;
+
+/// How many segments the soft headroom released it remembers.
+pub(super) const RELEASED_KEPT: usize = 64;
+
+/// A segment the soft headroom released: which pool and class, and its size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Released {
+    pub(super) pool: u16,
+    pub(super) class: SegmentClass,
+    pub(super) size: u64,
+}
 
 /// What a release's `need` is counted in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,7 +42,7 @@ impl<B: Backend> Engine<B> {
             need,
             Measure::Reserved,
             ReleaseOrder::LeastRecentlyUsed,
-            None,
+            false,
         )
     }
 
@@ -40,38 +52,34 @@ impl<B: Backend> Engine<B> {
     /// the segment just freed is the one a loop wants next.)
     pub(super) fn release_ordered(&mut self, need: u64) -> u64 {
         let order = self.config.release_order;
-        self.release_measured(need, Measure::Reserved, order, None)
+        self.release_measured(need, Measure::Reserved, order, false)
     }
 
-    /// What the soft headroom releases: [`Engine::release_ordered`], with the
-    /// sizes it released remembered (see [`Engine::note_recreation`]).
+    /// What the soft headroom releases: [`Engine::release_ordered`], with
+    /// each segment released remembered (see [`Engine::note_recreation`]).
     pub(super) fn release_for_headroom(&mut self, need: u64) -> u64 {
         let order = self.config.release_order;
-        let mut sizes = std::mem::take(&mut self.released_sizes);
-        let released = self.release_measured(need, Measure::Reserved, order, Some(&mut sizes));
-        let over = sizes.len().saturating_sub(super::RELEASED_SIZES);
-        sizes.drain(..over);
-        self.released_sizes = sizes;
-        released
+        self.release_measured(need, Measure::Reserved, order, true)
     }
 
-    /// Notes a segment of `size` about to be created: if the soft headroom
-    /// released one of that size, the loop came back for it.
-    pub(super) fn note_recreation(&mut self, size: u64) {
-        if let Some(i) = self.released_sizes.iter().position(|&s| s == size) {
-            self.released_sizes.swap_remove(i);
+    /// Notes a segment the engine just made: if the soft headroom released
+    /// one of the same pool, class and size, the loop came back for it.
+    pub(super) fn note_recreation(&mut self, made: Released) {
+        if let Some(i) = self.released.iter().position(|&r| r == made) {
+            self.released.remove(i);
             self.recreated = true;
         }
     }
 
-    /// [`Engine::release`] with `need` counted in `measure`; the size of each
-    /// segment released is pushed onto `sizes` if given.
+    /// [`Engine::release`] with `need` counted in `measure`; with `remember`,
+    /// each segment released joins the last [`RELEASED_KEPT`] the soft
+    /// headroom released.
     fn release_measured(
         &mut self,
         need: u64,
         measure: Measure,
         order: ReleaseOrder,
-        mut sizes: Option<&mut Vec<u64>>,
+        remember: bool,
     ) -> u64 {
         if need == 0 {
             return 0;
@@ -100,10 +108,17 @@ impl<B: Backend> Engine<B> {
             if counted >= need {
                 break;
             }
-            let pending = self.segments[i as usize].as_ref().map_or(0, |s| s.pending);
+            let (pending, pool, class) = self.segments[i as usize]
+                .as_ref()
+                .map_or((0, 0, SegmentClass::Large), |s| {
+                    (s.pending, s.pool, s.class)
+                });
             let size = self.remove_segment(i);
-            if let Some(sizes) = sizes.as_deref_mut() {
-                sizes.push(size);
+            if remember {
+                if self.released.len() == RELEASED_KEPT {
+                    self.released.pop_front();
+                }
+                self.released.push_back(Released { pool, class, size });
             }
             released += size;
             counted += match measure {
@@ -126,7 +141,7 @@ impl<B: Backend> Engine<B> {
                 self.total.cached_bytes.current - limit,
                 Measure::Cached,
                 ReleaseOrder::LeastRecentlyUsed,
-                None,
+                false,
             );
         }
     }
