@@ -204,11 +204,11 @@ pub struct Config {
     pub max_headroom_credit: f64,
     /// Once the engine has made a segment of the same pool, class and size as
     /// one of the last 64 the soft headroom released (the workload's loop
-    /// came back for it), then before it
-    /// releases cached segments to make room for a new one, it serves the
-    /// request from any cached block that holds it, even one the split guard
-    /// or `large_fit` would refuse: releasing a free block only to create
-    /// another buys memory with churn. Waiting for that evidence keeps a
+    /// came back for it), then before the soft headroom releases cached
+    /// segments to make room for a new one, it serves the request from any
+    /// cached block that holds it, even one the split guard or `large_fit`
+    /// would refuse: releasing a free block only to create another buys
+    /// memory with churn. Waiting for that evidence keeps a
     /// workload's first pass (where long-lived tensors such as optimizer state
     /// are made) from pinning big blocks. `false` is also what a configuration
     /// saved without the field reads as; BENCHMARKS.md has the figures.

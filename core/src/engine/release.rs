@@ -46,10 +46,12 @@ impl<B: Backend> Engine<B> {
         )
     }
 
-    /// What the soft headroom and the hard limit release: [`Engine::release`]
-    /// in [`Config::release_order`](crate::Config::release_order). (The cache
-    /// limit keeps least recently used first: it trims after every free, and
-    /// the segment just freed is the one a loop wants next.)
+    /// What the hard limit releases: [`Engine::release`] in
+    /// [`Config::release_order`](crate::Config::release_order); the soft
+    /// headroom releases in the same order through
+    /// [`Engine::release_for_headroom`]. (The cache limit keeps least recently
+    /// used first: it trims after every free, and the segment just freed is
+    /// the one a loop wants next.)
     pub(super) fn release_ordered(&mut self, need: u64) -> u64 {
         let order = self.config.release_order;
         self.release_measured(need, Measure::Reserved, order, false)
