@@ -91,21 +91,13 @@ impl<B: Backend> Engine<B> {
     /// the preallocation first, then best fit in the class, then (without a
     /// hard limit, small and medium requests) the space large tensors left.
     pub(super) fn find_cached(&self, pool: u16, class: SegmentClass, rounded: u64) -> Option<u32> {
-        let found = if class != SegmentClass::Exclusive && self.has_preallocation {
+        let preallocated = if class != SegmentClass::Exclusive && self.has_preallocation {
             self.find_free(pool, SegmentClass::Preallocated, rounded)
-                .or_else(|| self.find_free(pool, class, rounded))
         } else {
-            self.find_free(pool, class, rounded)
+            None
         };
-        found
-            .or_else(|| {
-                let packed = matches!(class, SegmentClass::Small | SegmentClass::Medium);
-                if packed && self.placement().reuse_large_blocks {
-                    self.find_free(pool, SegmentClass::Large, rounded)
-                } else {
-                    None
-                }
-            })
+        preallocated
+            .or_else(|| self.find_in_class_then_large(pool, class, rounded, Fit::Placement))
             .or_else(|| {
                 // Medium segments made before a hard limit was set: under one
                 // no request may be medium, so any may use their free space.
@@ -125,18 +117,32 @@ impl<B: Backend> Engine<B> {
     /// is. The split guard and `large_fit` do not apply: the alternative is
     /// releasing a free block only to create another.
     pub(super) fn find_any_fit(&self, pool: u16, class: SegmentClass, rounded: u64) -> Option<u32> {
-        let packed = matches!(class, SegmentClass::Small | SegmentClass::Medium);
-        if !packed && class != SegmentClass::Large {
-            return None;
+        match class {
+            SegmentClass::Small | SegmentClass::Medium | SegmentClass::Large => {
+                self.find_in_class_then_large(pool, class, rounded, Fit::Any)
+            }
+            SegmentClass::Exclusive | SegmentClass::Preallocated => None,
         }
-        self.find_free_by(pool, class, rounded, Fit::Any)
-            .or_else(|| {
-                if packed && self.placement().reuse_large_blocks {
-                    self.find_free_by(pool, SegmentClass::Large, rounded, Fit::Any)
-                } else {
-                    None
-                }
-            })
+    }
+
+    /// Best fit in the request's class, then (small and medium requests,
+    /// with [`Placement::reuse_large_blocks`]) among large blocks, large
+    /// blocks held to `fit`.
+    fn find_in_class_then_large(
+        &self,
+        pool: u16,
+        class: SegmentClass,
+        rounded: u64,
+        fit: Fit,
+    ) -> Option<u32> {
+        self.find_free_by(pool, class, rounded, fit).or_else(|| {
+            let packed = matches!(class, SegmentClass::Small | SegmentClass::Medium);
+            if packed && self.placement().reuse_large_blocks {
+                self.find_free_by(pool, SegmentClass::Large, rounded, fit)
+            } else {
+                None
+            }
+        })
     }
 
     /// Best fit: the smallest free block of `class` that holds `rounded`, if

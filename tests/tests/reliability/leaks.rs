@@ -156,9 +156,11 @@ const ENGINE_BOUND: Bound = Bound {
 /// The default policy's churn: at most 32 MiB more in the second half. Its
 /// soft headroom releases and re-creates segments, so the peak of a tenth
 /// moves by tens of MiB from tenth to tenth with no trend: since the split
-/// remainders (1521b05) it runs 341–408 MiB over 1 M operations, 12 MiB more
+/// remainders (1521b05) it ran 341–408 MiB over 1 M operations, 12 MiB more
 /// in the second half than in the first; over 4 M operations 390–422 MiB,
-/// 3 MiB more, and the policy before them 376–437 MiB, 8 MiB more. A leak of
+/// 3 MiB more, and the policy before them 376–437 MiB, 8 MiB more. Since it
+/// packs before it releases (01d90d8), 361–403 MiB over 1 M operations,
+/// level (not measured over 4 M). A leak of
 /// one 2 MiB segment per 10 000 operations would add 100 MiB.
 const DEFAULT_POLICY_BOUND: Bound = Bound {
     growth: 32 << 20,
