@@ -3,7 +3,8 @@
 //! still serve under it, the headroom packs a request into a cached block
 //! before it releases, the churn limit stops a loop from re-creating its
 //! segments and never grows the headroom past its cap, a small workload
-//! splits small remainders off large blocks, and configurations
+//! splits small remainders off large blocks, a request under a hard limit
+//! takes any cached block that holds it before it fails, and configurations
 //! that cannot work are refused with the field's name.
 
 use vrampool::{Config, Engine, Error, Limit, ReleaseOrder, Request, SimulatedDevice};
@@ -64,6 +65,68 @@ fn medium_segments_made_before_a_limit_still_serve_under_it() {
     );
     assert_eq!(held.len(), 3);
     e.check_invariants().unwrap();
+}
+
+/// Under a 1.2 MiB limit: four 200 KiB tensors fill most of a 1 MiB small
+/// segment, the middle two are freed (a free 400 KiB run), and a 300 KiB
+/// tensor comes, above the 256 KiB small requests. Its own segment would
+/// pass the limit and no segment is empty to release: the result of that
+/// request, and the engine.
+fn large_request_beside_a_fragmented_small_segment(
+    config: Config,
+) -> (Result<vrampool::Allocation, Error>, Engine<SimulatedDevice>) {
+    let kib = 1 << 10;
+    let mut e = engine(Config {
+        limit: Some(Limit::Bytes(1200 * kib)),
+        ..config
+    });
+    let small: Vec<_> = (0..4)
+        .map(|_| e.allocate(Request::new(200 * kib, 0)).unwrap())
+        .collect();
+    assert_eq!(e.stats().total.reserved_bytes.current, MIB);
+    e.free(small[1].id).unwrap();
+    e.free(small[2].id).unwrap();
+    let big = e.allocate(Request::new(300 * kib, 0));
+    (big, e)
+}
+
+#[test]
+fn under_a_limit_a_request_takes_any_cached_block_before_it_fails() {
+    let (big, e) = large_request_beside_a_fragmented_small_segment(Config::default());
+    let big = big.expect("served from the small segment's free run");
+    let s = e.stats();
+    assert_eq!(s.counters.device_allocs, 1, "no new segment");
+    assert_eq!(s.total.reserved_bytes.current, MIB);
+    assert_eq!(s.counters.ooms, 0);
+    // It sits in the freed run, between the two live tensors.
+    assert_eq!(big.offset, 200 << 10);
+    e.check_invariants().unwrap();
+    // Without the step, as in PyTorch's allocator: out of memory, with
+    // 400 KiB cached.
+    let (big, e) = large_request_beside_a_fragmented_small_segment(Config {
+        any_block_before_oom: false,
+        ..Config::default()
+    });
+    match big {
+        Err(Error::OutOfMemory(info)) => assert!(info.cached >= 400 << 10, "{info:?}"),
+        other => panic!("expected out of memory, got {other:?}"),
+    }
+    assert_eq!(e.stats().counters.ooms, 1);
+}
+
+#[test]
+fn a_configuration_saved_before_any_block_before_oom_still_reads() {
+    let mut saved = serde_json::to_value(Config::default()).unwrap();
+    let fields = saved.as_object_mut().unwrap();
+    assert!(fields.remove("any_block_before_oom").is_some());
+    let read: Config = serde_json::from_value(saved).unwrap();
+    assert_eq!(
+        read,
+        Config {
+            any_block_before_oom: false,
+            ..Config::default()
+        }
+    );
 }
 
 /// 1000 MiB live, then iterations of a 400 MiB and a 150 MiB tensor in turn:

@@ -142,6 +142,12 @@ impl<B: Backend> Engine<B> {
                 retried = true;
                 self.release_ordered((self.held() + rounded).saturating_sub(limit));
                 if self.held() + rounded > limit {
+                    if self.config.any_block_before_oom
+                        && let Some(b) = self.find_last_resort(pool, class, rounded)
+                    {
+                        self.counters.cache_hits += 1;
+                        return Ok(Planned::Hit(self.take_block(b, rounded, req)));
+                    }
                     return Err(self.oom(req.size, false));
                 }
                 size = self.fit(size, rounded, limit);

@@ -125,6 +125,34 @@ impl<B: Backend> Engine<B> {
         }
     }
 
+    /// The last place a request may go before it fails out of memory (see
+    /// [`Config::any_block_before_oom`](crate::Config::any_block_before_oom)):
+    /// the smallest cached block of any shared class (small, medium, large)
+    /// in its pool that holds it, whatever the class and fit rules say.
+    pub(super) fn find_last_resort(
+        &self,
+        pool: u16,
+        class: SegmentClass,
+        rounded: u64,
+    ) -> Option<u32> {
+        if class == SegmentClass::Exclusive {
+            return None;
+        }
+        let p = &self.pools[pool as usize];
+        [
+            SegmentClass::Small,
+            SegmentClass::Medium,
+            SegmentClass::Large,
+        ]
+        .into_iter()
+        .filter_map(|c| {
+            let key = self.key(c);
+            p.free.range((key, rounded, 0)..(key + 1, 0, 0)).next()
+        })
+        .min_by_key(|&&(_, size, index)| (size, index))
+        .map(|&(_, _, index)| index)
+    }
+
     /// Best fit in the request's class, then (small and medium requests,
     /// with [`Placement::reuse_large_blocks`]) among large blocks, large
     /// blocks held to `fit`.
