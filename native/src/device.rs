@@ -63,12 +63,43 @@ pub fn pick(selector: Option<&str>) -> Result<(usize, wgpu::Adapter)> {
         })
 }
 
+/// wgpu's memory hints, as `--memory-hints` names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Hints {
+    /// vrampool::pool_memory_hints(): 4 MiB blocks.
+    Pool,
+    /// `wgpu::MemoryHints::Performance`, wgpu's default.
+    Performance,
+    /// `wgpu::MemoryHints::MemoryUsage`.
+    MemoryUsage,
+}
+
+impl Hints {
+    /// The name `--memory-hints` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Hints::Pool => "pool",
+            Hints::Performance => "performance",
+            Hints::MemoryUsage => "memory-usage",
+        }
+    }
+
+    fn wgpu(self) -> wgpu::MemoryHints {
+        match self {
+            Hints::Pool => vrampool::pool_memory_hints(),
+            Hints::Performance => wgpu::MemoryHints::Performance,
+            Hints::MemoryUsage => wgpu::MemoryHints::MemoryUsage,
+        }
+    }
+}
+
 /// Opens a device with the adapter's own limits (so `max_buffer_size` is the
-/// hardware's, not WebGPU's 256 MiB default).
-pub fn open(adapter: &wgpu::Adapter) -> Result<(wgpu::Device, wgpu::Queue)> {
+/// hardware's, not WebGPU's 256 MiB default) and `hints`.
+pub fn open(adapter: &wgpu::Adapter, hints: Hints) -> Result<(wgpu::Device, wgpu::Queue)> {
     pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
         label: Some("vrampool harness"),
         required_limits: adapter.limits(),
+        memory_hints: hints.wgpu(),
         ..Default::default()
     }))
     .with_context(|| format!("cannot open a device on {}", adapter.get_info().name))
@@ -118,7 +149,7 @@ pub fn info() -> Result<Vec<AdapterReport>> {
     for (index, a) in all.iter().enumerate() {
         let i = a.get_info();
         let l = a.limits();
-        let allocator_report = open(a).ok().and_then(|(device, _q)| {
+        let allocator_report = open(a, Hints::Performance).ok().and_then(|(device, _q)| {
             let b = device.create_buffer(&wgpu::BufferDescriptor {
                 label: Some("vrampool info probe"),
                 size: 1 << 20,

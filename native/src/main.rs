@@ -61,6 +61,15 @@ pub struct Common {
     /// (e.g. `--adapter h200`). Default: the first adapter.
     #[arg(long, global = true, value_name = "INDEX|NAME")]
     pub adapter: Option<String>,
+    /// How wgpu's own allocator (Vulkan, DX12) places the pool's segments:
+    /// `performance`, wgpu's default, sub-allocates every segment under 256 MiB
+    /// in 128–256 MiB blocks it frees only once empty, so the device may hold
+    /// more than the pool's peak reserved; `pool` (vrampool::pool_memory_hints)
+    /// asks for 4 MiB blocks, so a segment above 4 MiB is memory of its own and
+    /// the device holds what the pool says, at a device allocation per segment
+    /// (BENCHMARKS.md); `memory-usage` is wgpu's 8–64 MiB.
+    #[arg(long, global = true, value_enum, default_value_t = device::Hints::Performance)]
+    pub memory_hints: device::Hints,
     /// Use the simulated device instead of a GPU (figures are the same; no driver needed).
     #[arg(long, global = true, conflicts_with = "adapter")]
     pub simulate: bool,

@@ -2,7 +2,8 @@
 # One H200 run (binaries built here, stripped into .bin/: vrampool, vrampool_before,
 # gpu_tests; the Vulkan loader carried in .gl/, see BENCHMARKS.md): issue 14's bench baseline (with --threads), issue 12's replay
 # timing per trace (vrampool, pytorch, and the vrampool policy before this
-# session's change, each with nvidia-smi), the GPU tests that need a driver
+# session's change, each with nvidia-smi; RUNS entries may be policy@hints, see
+# `--memory-hints`), the GPU tests that need a driver
 # with a memory budget. Every replay is its own process, results appended as
 # they finish, so a timeout loses only what had not run.
 set -o pipefail
@@ -28,9 +29,11 @@ for t in $(ls -S -r data/traces/*.csv.gz data/traces/heldout/*.csv.gz); do
   for k in $(seq 0 $((n - 1))); do
     p=${order[$(( (i + k) % n ))]}
     left=$((end - SECONDS)); [ $left -lt 5 ] && { echo "out of time at $t $p" >> $OUT/log.txt; break 3; }
-    if [ $p = before ]; then bin=.bin/vrampool_before; pol=vrampool; else bin=$B; pol=$p; fi
+    # A run named policy@hints replays with --memory-hints hints.
+    hints=(); case $p in *@*) hints=(--memory-hints ${p#*@}); p0=${p%@*};; *) p0=$p;; esac
+    if [ $p0 = before ]; then bin=.bin/vrampool_before; pol=vrampool; else bin=$B; pol=$p0; fi
     echo "== $t ÷$s $p $(date +%T)" >> $OUT/log.txt
-    timeout $left $bin replay --policy $pol --scale $s --nvidia-smi --json $t > /tmp/r.json 2>> $OUT/log.txt \
+    timeout $left $bin replay --policy $pol "${hints[@]}" --scale $s --nvidia-smi --json $t > /tmp/r.json 2>> $OUT/log.txt \
       && python3 -c "import json,sys; d=json.load(open('/tmp/r.json')); [r.update(run='$p', scale=$s) for r in d]; print(json.dumps(d))" >> $OUT/replays.jsonl
   done
 done

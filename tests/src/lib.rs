@@ -30,6 +30,21 @@ pub fn device() -> (wgpu::Device, wgpu::Queue, wgpu::AdapterInfo) {
 /// with a real out-of-memory error (where the driver reports a budget,
 /// `VK_EXT_memory_budget`), without exhausting the machine.
 pub fn device_with_budget(percent: Option<u8>) -> (wgpu::Device, wgpu::Queue, wgpu::AdapterInfo) {
+    device_with(percent, wgpu::MemoryHints::default())
+}
+
+/// Like [`device`], opened with `hints` (how wgpu's own allocator places
+/// buffers; see `vrampool::pool_memory_hints`).
+pub fn device_with_hints(
+    hints: wgpu::MemoryHints,
+) -> (wgpu::Device, wgpu::Queue, wgpu::AdapterInfo) {
+    device_with(None, hints)
+}
+
+fn device_with(
+    percent: Option<u8>,
+    memory_hints: wgpu::MemoryHints,
+) -> (wgpu::Device, wgpu::Queue, wgpu::AdapterInfo) {
     let backend = backend();
     let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
         backends: wgpu::Backends::from(backend),
@@ -50,6 +65,7 @@ pub fn device_with_budget(percent: Option<u8>) -> (wgpu::Device, wgpu::Queue, wg
     let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
         label: Some("vrampool tests"),
         required_limits: adapter.limits(),
+        memory_hints,
         ..Default::default()
     }))
     .expect("request_device failed");

@@ -224,6 +224,76 @@ fn a_scaled_trace_replays_on_lavapipe() {
     assert_eq!(real.stats().total.reserved_bytes.current, 0);
 }
 
+/// The most bytes wgpu's own allocator held while `t` replayed through a
+/// pool on a device opened with `hints`, and the pool's peak reserved; `None`
+/// where the backend has no allocator report (GL).
+fn device_and_pool_peaks(t: &Trace, hints: wgpu::MemoryHints) -> Option<(u64, u64)> {
+    let (device, queue, _) = vrampool_tests::device_with_hints(hints);
+    let options = vrampool::PoolOptions {
+        front_cache: false,
+        ..Default::default()
+    };
+    let pool = vrampool::Pool::new(device, queue, options).unwrap();
+    let mut live = std::collections::HashMap::new();
+    let mut device_peak = 0;
+    for e in &t.events {
+        match e.action {
+            vrampool::trace::Action::Allocate => {
+                let desc = vrampool::AllocDesc::storage(e.size).read_write();
+                live.insert(e.pointer, pool.alloc(desc).unwrap());
+                device_peak = device_peak.max(pool.allocator_report()?.total_reserved_bytes);
+            }
+            vrampool::trace::Action::Free => {
+                live.remove(&e.pointer).expect("validated trace");
+                pool.submitted();
+            }
+        }
+    }
+    Some((device_peak, pool.stats().total.reserved_bytes.peak))
+}
+
+#[test]
+fn with_pool_memory_hints_the_device_holds_what_the_pool_reserves() {
+    // resnet_train ÷16 (186 MiB live): the pool creates and releases segments
+    // of 1–40 MiB. With wgpu's default hints its allocator sub-allocates them
+    // in 128–256 MiB blocks, freed only once empty, and holds far more than
+    // the pool reports; with pool_memory_hints() every segment above 4 MiB is
+    // memory of its own and only the small segments share 4 MiB blocks.
+    let t = load("resnet_train").scaled(16);
+    let Some((exact, pool_peak)) = device_and_pool_peaks(&t, vrampool::pool_memory_hints()) else {
+        assert_eq!(
+            vrampool_tests::backend(),
+            wgpu::Backend::Gl,
+            "only GL has no allocator report"
+        );
+        return;
+    };
+    let mib = |b: u64| b as f64 / (1 << 20) as f64;
+    assert!(
+        mib(exact) <= mib(pool_peak) * 1.10 + 8.0,
+        "wgpu held {:.1} MiB for the pool's {:.1} MiB",
+        mib(exact),
+        mib(pool_peak)
+    );
+    let (default, same) = device_and_pool_peaks(&t, wgpu::MemoryHints::default()).unwrap();
+    assert_eq!(
+        same, pool_peak,
+        "the hints do not change the pool's decisions"
+    );
+    assert!(
+        mib(default) > mib(exact) * 1.3,
+        "the default hints held {:.1} MiB, pool_memory_hints {:.1}",
+        mib(default),
+        mib(exact)
+    );
+    eprintln!(
+        "resnet_train ÷16: pool peak {:.1} MiB; wgpu held {:.1} MiB with pool_memory_hints, {:.1} with the default",
+        mib(pool_peak),
+        mib(exact),
+        mib(default)
+    );
+}
+
 /// `Config::pytorch()` on the simulated device reproduces what PyTorch's own
 /// caching allocator did with these logs on the H200 (data/traces/README.md):
 /// the baseline the harness compares against is PyTorch, not a guess at it, and

@@ -30,6 +30,28 @@ pub use pool::{Pool, PoolOptions, Reuse};
 pub use scope::{Scope, ScopeReport, ScopedBuffer};
 pub use usage::{BindingUse, BlockUse};
 
+/// The memory hints to open a pool's device with: wgpu's own allocator
+/// (Vulkan and DX12) then sub-allocates only in 4 MiB blocks, so a segment
+/// above 4 MiB is device memory of its own. With wgpu's default
+/// ([`wgpu::MemoryHints::Performance`]) segments under 256 MiB share 128–256
+/// MiB blocks that wgpu frees only once empty: the pool then holds less than
+/// the device does, and a segment it releases may free nothing.
+/// BENCHMARKS.md has the H200 figures.
+///
+/// ```
+/// let desc = wgpu::DeviceDescriptor {
+///     memory_hints: vrampool::pool_memory_hints(),
+///     ..Default::default()
+/// };
+/// # let _ = desc;
+/// ```
+pub fn pool_memory_hints() -> wgpu::MemoryHints {
+    const MIB: u64 = 1 << 20;
+    wgpu::MemoryHints::Manual {
+        suballocated_device_memory_block_size: 4 * MIB..4 * MIB,
+    }
+}
+
 #[cfg(not(target_arch = "wasm32"))]
 const _: () = {
     const fn assert_send_sync<T: Send + Sync>() {}

@@ -331,6 +331,8 @@ fn print_replay(rows: &[Row], c: &Common, min: bool, target: &Target) -> Result<
                     "trace": r.trace,
                     "policy": r.policy,
                     "device": target.name(),
+                    "memory_hints": (!matches!(target, Target::Simulated { .. }))
+                        .then(|| c.memory_hints.name()),
                     "limit": r.limit,
                     "report": r.outcome.report,
                     "estimated_device_ms": DeviceCost::H200_VULKAN.of_replay(&r.outcome.report),
