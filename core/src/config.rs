@@ -214,15 +214,18 @@ pub struct Config {
     /// saved without the field reads as; BENCHMARKS.md has the figures.
     #[serde(default)]
     pub pack_before_release: bool,
-    /// Under a hard limit, a request that still does not fit once every
-    /// cached segment without a live block is released takes the smallest
+    /// Under a hard limit, a request that would not fit even with every
+    /// cached segment without a live block released takes the smallest
     /// cached block of any shared class (small, medium, large) that holds it,
-    /// rather than fail out of memory while the budget's bytes sit cached —
-    /// a large request in the free end of a small segment, say. PyTorch's
-    /// allocator has no such step (off in [`Config::pytorch`]); on the corpus
-    /// it lowers the smallest budget with no OOM of small_loop ÷16 from
-    /// 1.417 to 1.223 × peak live (BENCHMARKS.md). `false` is also what a
-    /// configuration saved without the field reads as.
+    /// releasing nothing, rather than fail out of memory while the budget's
+    /// bytes sit cached — a large request in the free end of a small segment,
+    /// say. PyTorch's allocator has no such step (off in
+    /// [`Config::pytorch`]). A device's own refusal does not take it: there
+    /// the whole cache is released and the request asked for once more (see
+    /// [`Engine::refused`](crate::Engine::refused)). On the corpus it lowers
+    /// the smallest budget with no OOM of small_loop ÷16 from 1.417 to 1.223
+    /// × peak live (BENCHMARKS.md). `false` is also what a configuration
+    /// saved without the field reads as.
     #[serde(default)]
     pub any_block_before_oom: bool,
     /// The soft headroom does not act while reserved bytes are below this, so

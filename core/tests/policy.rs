@@ -115,6 +115,36 @@ fn under_a_limit_a_request_takes_any_cached_block_before_it_fails() {
 }
 
 #[test]
+fn the_last_resort_comes_before_a_release_that_cannot_make_room() {
+    // Under a 1340 KiB limit: the 1 MiB small segment with its free 400 KiB
+    // run, and a cached 300 KiB segment. A 350 KiB request does not fit even
+    // with the 300 KiB segment released, so it takes the run and the 300 KiB
+    // segment stays for the next 300 KiB request: no release, no re-creation,
+    // and no retry counted.
+    let kib = 1 << 10;
+    let mut e = engine(Config {
+        limit: Some(Limit::Bytes(1340 * kib)),
+        ..Config::default()
+    });
+    let small: Vec<_> = (0..4)
+        .map(|_| e.allocate(Request::new(200 * kib, 0)).unwrap())
+        .collect();
+    touch(&mut e, 300 * kib);
+    e.free(small[1].id).unwrap();
+    e.free(small[2].id).unwrap();
+    let before = e.stats().counters;
+    let a = e.allocate(Request::new(350 * kib, 0)).unwrap();
+    assert_eq!(a.offset, 200 * kib, "in the small segment's free run");
+    touch(&mut e, 300 * kib);
+    let c = e.stats().counters;
+    assert_eq!(
+        (c.device_allocs, c.device_frees, c.alloc_retries, c.ooms),
+        (before.device_allocs, 0, 0, 0)
+    );
+    e.check_invariants().unwrap();
+}
+
+#[test]
 fn a_configuration_saved_before_any_block_before_oom_still_reads() {
     let mut saved = serde_json::to_value(Config::default()).unwrap();
     let fields = saved.as_object_mut().unwrap();

@@ -138,16 +138,19 @@ impl<B: Backend> Engine<B> {
             if self.held() + rounded <= limit {
                 size = self.fit(size, rounded, limit);
             } else {
+                // Releasing cannot make room: a cached block of any class
+                // serves the request instead, and nothing is released for it.
+                if self.config.any_block_before_oom
+                    && self.held() - self.releasable() + rounded > limit
+                    && let Some(b) = self.find_last_resort(pool, class, rounded)
+                {
+                    self.counters.cache_hits += 1;
+                    return Ok(Planned::Hit(self.take_block(b, rounded, req)));
+                }
                 self.counters.alloc_retries += 1;
                 retried = true;
                 self.release_ordered((self.held() + rounded).saturating_sub(limit));
                 if self.held() + rounded > limit {
-                    if self.config.any_block_before_oom
-                        && let Some(b) = self.find_last_resort(pool, class, rounded)
-                    {
-                        self.counters.cache_hits += 1;
-                        return Ok(Planned::Hit(self.take_block(b, rounded, req)));
-                    }
                     return Err(self.oom(req.size, false));
                 }
                 size = self.fit(size, rounded, limit);

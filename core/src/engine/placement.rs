@@ -139,18 +139,16 @@ impl<B: Backend> Engine<B> {
             return None;
         }
         let p = &self.pools[pool as usize];
-        [
-            SegmentClass::Small,
-            SegmentClass::Medium,
-            SegmentClass::Large,
-        ]
-        .into_iter()
-        .filter_map(|c| {
-            let key = self.key(c);
-            p.free.range((key, rounded, 0)..(key + 1, 0, 0)).next()
-        })
-        .min_by_key(|&&(_, size, index)| (size, index))
-        .map(|&(_, _, index)| index)
+        let large = self.key(SegmentClass::Large);
+        let medium = self.key(SegmentClass::Medium);
+        // With `shared_large_pool` medium blocks have large's key: search it once.
+        let medium = (medium != large).then_some(medium);
+        [Some(self.key(SegmentClass::Small)), medium, Some(large)]
+            .into_iter()
+            .flatten()
+            .filter_map(|key| p.free.range((key, rounded, 0)..(key + 1, 0, 0)).next())
+            .min_by_key(|&&(_, size, index)| (size, index))
+            .map(|&(_, _, index)| index)
     }
 
     /// Best fit in the request's class, then (small and medium requests,

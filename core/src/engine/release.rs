@@ -73,6 +73,17 @@ impl<B: Backend> Engine<B> {
         }
     }
 
+    /// The bytes [`Engine::release`] could give back: every unpinned segment
+    /// that holds no live block.
+    pub(super) fn releasable(&self) -> u64 {
+        self.segments
+            .iter()
+            .flatten()
+            .filter(|s| s.live == 0 && !s.pinned)
+            .map(|s| s.size)
+            .sum()
+    }
+
     /// [`Engine::release`] with `need` counted in `measure`; with `remember`,
     /// each segment released joins the last [`RELEASED_KEPT`] the soft
     /// headroom released.
