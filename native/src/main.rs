@@ -66,8 +66,8 @@ pub struct Common {
     /// in 128–256 MiB blocks it frees only once empty, so the device may hold
     /// more than the pool's peak reserved; `pool` (vrampool::pool_memory_hints)
     /// asks for 4 MiB blocks, so a segment above 4 MiB is memory of its own and
-    /// the device holds what the pool says, at a device allocation per segment
-    /// (BENCHMARKS.md); `memory-usage` is wgpu's 8–64 MiB.
+    /// the device holds close to what the pool reserves, at a device allocation
+    /// per segment (BENCHMARKS.md); `memory-usage` is wgpu's 8–64 MiB.
     #[arg(long, global = true, value_enum, default_value_t = device::Hints::Performance)]
     pub memory_hints: device::Hints,
     /// Use the simulated device instead of a GPU (figures are the same; no driver needed).

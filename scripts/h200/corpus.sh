@@ -29,7 +29,8 @@ for t in $(ls -S -r data/traces/*.csv.gz data/traces/heldout/*.csv.gz); do
   for k in $(seq 0 $((n - 1))); do
     p=${order[$(( (i + k) % n ))]}
     left=$((end - SECONDS)); [ $left -lt 5 ] && { echo "out of time at $t $p" >> $OUT/log.txt; break 3; }
-    # A run named policy@hints replays with --memory-hints hints.
+    # A run named policy@hints replays with --memory-hints hints (not `before`:
+    # binaries before fddc8a7 have no such flag).
     hints=(); case $p in *@*) hints=(--memory-hints ${p#*@}); p0=${p%@*};; *) p0=$p;; esac
     if [ $p0 = before ]; then bin=.bin/vrampool_before; pol=vrampool; else bin=$B; pol=$p0; fi
     echo "== $t ÷$s $p $(date +%T)" >> $OUT/log.txt

@@ -35,8 +35,11 @@ pub use usage::{BindingUse, BlockUse};
 /// above 4 MiB is device memory of its own. With wgpu's default
 /// ([`wgpu::MemoryHints::Performance`]) segments under 256 MiB share 128–256
 /// MiB blocks that wgpu frees only once empty: the pool then holds less than
-/// the device does, and a segment it releases may free nothing.
-/// BENCHMARKS.md has the H200 figures.
+/// the device does, and a segment it releases may free nothing. The price is
+/// a device allocation per segment, slower than a place in a block wgpu
+/// already holds; small segments still share 4 MiB blocks, and wgpu keeps one
+/// block after [`Pool::empty_cache`](crate::Pool::empty_cache). Metal and GL
+/// ignore the hints. BENCHMARKS.md has the H200 figures.
 ///
 /// ```
 /// let desc = wgpu::DeviceDescriptor {
