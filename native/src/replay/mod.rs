@@ -403,6 +403,15 @@ fn print_replay(rows: &[Row], c: &Common, min: bool, target: &Target) -> Result<
                 fmt_bytes(alloc),
                 fmt_bytes(res)
             );
+            let live = o.report.peak_live.max(1) as f64;
+            if c.memory_hints != crate::device::Hints::Pool && res as f64 > pool as f64 * 1.05 {
+                outln!(
+                    "{trace} {}: the device held {:.3} × peak live where the pool reserved {:.3} ×: wgpu shares its blocks among segments under 256 MiB; --memory-hints pool (vrampool::pool_memory_hints) gives each segment memory of its own",
+                    kind.name(),
+                    res as f64 / live,
+                    pool as f64 / live
+                );
+            }
         }
         if let Some((_, alloc, res)) = view.allocator_after_empty_cache {
             outln!(
