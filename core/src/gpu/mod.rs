@@ -12,6 +12,8 @@
 //!   next request of the same description without the engine's lock.
 //! - `usage.rs` — [`BindingUse`]: checking a pass's bindings before wgpu does.
 //! - `scope.rs` — [`Scope`].
+//! - here — [`pool_memory_hints`]: how to open the device so that wgpu's own
+//!   allocator does not share its blocks among the pool's segments.
 
 mod backend;
 mod desc;
