@@ -140,6 +140,18 @@ fn replay_through_pool(
     queue: &wgpu::Queue,
     front_cache: bool,
 ) -> vrampool::Pool {
+    replay_through_pool_watched(t, device, queue, front_cache, |_| {})
+}
+
+/// [`replay_through_pool`], calling `after_alloc` with the pool after every
+/// allocation.
+fn replay_through_pool_watched(
+    t: &Trace,
+    device: &wgpu::Device,
+    queue: &wgpu::Queue,
+    front_cache: bool,
+    mut after_alloc: impl FnMut(&vrampool::Pool),
+) -> vrampool::Pool {
     let options = vrampool::PoolOptions {
         front_cache,
         ..Default::default()
@@ -151,6 +163,7 @@ fn replay_through_pool(
             vrampool::trace::Action::Allocate => {
                 let desc = vrampool::AllocDesc::storage(e.size).read_write();
                 live.insert(e.pointer, pool.alloc(desc).unwrap());
+                after_alloc(&pool);
             }
             vrampool::trace::Action::Free => {
                 live.remove(&e.pointer).expect("validated trace");
@@ -229,27 +242,13 @@ fn a_scaled_trace_replays_on_lavapipe() {
 /// where the backend has no allocator report (GL).
 fn device_and_pool_peaks(t: &Trace, hints: wgpu::MemoryHints) -> Option<(u64, u64)> {
     let (device, queue, _) = vrampool_tests::device_with_hints(hints);
-    let options = vrampool::PoolOptions {
-        front_cache: false,
-        ..Default::default()
-    };
-    let pool = vrampool::Pool::new(device, queue, options).unwrap();
-    let mut live = std::collections::HashMap::new();
-    let mut device_peak = 0;
-    for e in &t.events {
-        match e.action {
-            vrampool::trace::Action::Allocate => {
-                let desc = vrampool::AllocDesc::storage(e.size).read_write();
-                live.insert(e.pointer, pool.alloc(desc).unwrap());
-                device_peak = device_peak.max(pool.allocator_report()?.total_reserved_bytes);
-            }
-            vrampool::trace::Action::Free => {
-                live.remove(&e.pointer).expect("validated trace");
-                pool.submitted();
-            }
-        }
-    }
-    Some((device_peak, pool.stats().total.reserved_bytes.peak))
+    let mut device_peak = Some(0);
+    let pool = replay_through_pool_watched(t, &device, &queue, false, |pool| {
+        device_peak = device_peak
+            .zip(pool.allocator_report())
+            .map(|(peak, r)| peak.max(r.total_reserved_bytes));
+    });
+    Some((device_peak?, pool.stats().total.reserved_bytes.peak))
 }
 
 #[test]

@@ -40,7 +40,7 @@ impl<B: Backend> Engine<B> {
             .segments
             .iter()
             .flatten()
-            .filter(|s| s.live == 0 && !s.pinned)
+            .filter(|s| s.releasable())
             .fold((0, 0), |(size, pending), s| {
                 (size + s.size, pending + s.pending)
             });

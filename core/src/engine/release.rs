@@ -79,7 +79,7 @@ impl<B: Backend> Engine<B> {
         self.segments
             .iter()
             .flatten()
-            .filter(|s| s.live == 0 && !s.pinned)
+            .filter(|s| s.releasable())
             .map(|s| s.size)
             .sum()
     }
@@ -102,9 +102,7 @@ impl<B: Backend> Engine<B> {
             .iter()
             .enumerate()
             .filter_map(|(i, s)| match s {
-                Some(s) if s.live == 0 && !s.pinned => {
-                    Some((s.pending > 0, s.last_used, s.size, i as u32))
-                }
+                Some(s) if s.releasable() => Some((s.pending > 0, s.last_used, s.size, i as u32)),
                 _ => None,
             })
             .collect();

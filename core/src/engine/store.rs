@@ -87,6 +87,14 @@ pub(super) struct UsagePool {
     pub(super) used: bool,
 }
 
+impl<S> Segment<S> {
+    /// Whether a release may give it back: it holds no live block and is
+    /// not the pinned preallocation.
+    pub(super) fn releasable(&self) -> bool {
+        self.live == 0 && !self.pinned
+    }
+}
+
 pub(super) fn round_up(x: u64, to: u64) -> u64 {
     x.div_ceil(to) * to
 }
