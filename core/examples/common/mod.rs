@@ -1,7 +1,10 @@
 //! What the examples share: a device on the first adapter wgpu finds (the
 //! backend can be chosen with `WGPU_BACKEND`, e.g. `vulkan` or `gl`).
 
-/// A device and queue on the first adapter, with the adapter's own limits.
+/// A device and queue on the first adapter, with the adapter's own limits
+/// and the pool's memory hints (so wgpu's own allocator does not share its
+/// blocks among the pool's segments, and the device holds what the pool
+/// reserves).
 pub fn device() -> Result<(wgpu::Device, wgpu::Queue), String> {
     let instance =
         wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
@@ -14,6 +17,7 @@ pub fn device() -> Result<(wgpu::Device, wgpu::Queue), String> {
     pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
         label: Some("vrampool example"),
         required_limits: adapter.limits(),
+        memory_hints: vrampool::pool_memory_hints(),
         ..Default::default()
     }))
     .map_err(|e| format!("no device: {e}"))
