@@ -75,15 +75,6 @@ pub enum Hints {
 }
 
 impl Hints {
-    /// The name `--memory-hints` takes.
-    pub fn name(self) -> &'static str {
-        match self {
-            Hints::Pool => "pool",
-            Hints::Performance => "performance",
-            Hints::MemoryUsage => "memory-usage",
-        }
-    }
-
     fn wgpu(self) -> wgpu::MemoryHints {
         match self {
             Hints::Pool => vrampool::pool_memory_hints(),

@@ -138,17 +138,14 @@ impl<B: Backend> Engine<B> {
         if class == SegmentClass::Exclusive {
             return None;
         }
-        let p = &self.pools[pool as usize];
-        let large = self.key(SegmentClass::Large);
-        let medium = self.key(SegmentClass::Medium);
         // With `shared_large_pool` medium blocks have large's key: search it once.
-        let medium = (medium != large).then_some(medium);
-        [Some(self.key(SegmentClass::Small)), medium, Some(large)]
+        let shared = self.key(SegmentClass::Medium) == self.key(SegmentClass::Large);
+        let medium = (!shared).then_some(SegmentClass::Medium);
+        [Some(SegmentClass::Small), medium, Some(SegmentClass::Large)]
             .into_iter()
             .flatten()
-            .filter_map(|key| p.free.range((key, rounded, 0)..(key + 1, 0, 0)).next())
-            .min_by_key(|&&(_, size, index)| (size, index))
-            .map(|&(_, _, index)| index)
+            .filter_map(|c| self.find_free_by(pool, c, rounded, Fit::Any))
+            .min_by_key(|&b| (self.blocks[b as usize].size, b))
     }
 
     /// Best fit in the request's class, then (small and medium requests,

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
-use clap::Args;
+use clap::{Args, ValueEnum};
 use indicatif::ProgressBar;
 use serde_json::json;
 use vrampool::trace::DeviceCost;
@@ -332,7 +332,9 @@ fn print_replay(rows: &[Row], c: &Common, min: bool, target: &Target) -> Result<
                     "policy": r.policy,
                     "device": target.name(),
                     "memory_hints": (!matches!(target, Target::Simulated { .. }))
-                        .then(|| c.memory_hints.name()),
+                        .then(|| c.memory_hints.to_possible_value())
+                        .flatten()
+                        .map(|v| v.get_name().to_string()),
                     "limit": r.limit,
                     "report": r.outcome.report,
                     "estimated_device_ms": DeviceCost::H200_VULKAN.of_replay(&r.outcome.report),
