@@ -133,8 +133,9 @@ impl Placement {
     }
 
     /// For a pool that grows on demand: shared segments that follow the
-    /// workload, and cached blocks split freely, except blocks so big that
-    /// pinning one would cost more than the headroom. Every size scales with
+    /// workload, and any cached block split for a smaller request (best fit,
+    /// as in PyTorch's allocator; no split guard: with one, the corpus missed
+    /// the standing targets on more rows, resized or not). Every size scales with
     /// the most bytes the workload ever allocated (its high water H): requests
     /// above H / 50 (at most 192 MiB) get their own segment; a medium segment
     /// is H / 32 (at least twice the request, at most 384 MiB); small segments
@@ -143,7 +144,10 @@ impl Placement {
     /// H / 2048 (1 MiB from H = 2 GiB up). A 10 MiB workload and a 100 GiB
     /// one both land near their live bytes: on the corpus at ÷1, ÷16 and ÷64
     /// the mean ratio went from 1.92 (fixed 8 MiB / 384 MiB segments) to
-    /// 1.22, and to 1.205 with the split remainders (BENCHMARKS.md).
+    /// 1.22, and to 1.205 with the split remainders; without the split guard
+    /// the 54 rows miss the no-limit target on 14 rows instead of 19 and
+    /// create 1.04 × PyTorch's bytes of segments at full size instead of
+    /// 1.14 × (BENCHMARKS.md).
     pub fn without_limit() -> Self {
         Placement {
             small_request: 1 << 20,
@@ -159,7 +163,7 @@ impl Placement {
             min_split_remainder: 1 << 20,
             split_remainder_fraction: 1.0 / 2048.0,
             large_fit: 0.0,
-            split_guard: Some(1.0),
+            split_guard: None,
             reuse_large_blocks: true,
         }
     }
@@ -212,6 +216,10 @@ pub struct Config {
     /// workload's first pass (where long-lived tensors such as optimizer state
     /// are made) from pinning big blocks. `false` is also what a configuration
     /// saved without the field reads as; BENCHMARKS.md has the figures.
+    /// It acts only in a profile that refuses some splits (a
+    /// [`Placement::split_guard`] or a `large_fit` above 0): the default
+    /// splits any cached block, so there the cache serves such a request
+    /// before the headroom is asked.
     #[serde(default)]
     pub pack_before_release: bool,
     /// Under a hard limit, a request that would not fit even with every

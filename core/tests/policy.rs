@@ -155,12 +155,23 @@ fn a_configuration_saved_before_any_block_before_oom_still_reads() {
     );
 }
 
-/// 1000 MiB live, then iterations of a 400 MiB and a 150 MiB tensor in turn:
-/// the 150 MiB one may not split the cached 400 MiB block (it is above the
-/// split guard), and both segments together are above the soft target
-/// (1.085 × 1400 MiB), so each iteration releases one to create the other
-/// until the churn limit grows the target. Returns the device allocations
-/// made in the first 10 iterations and in the 40 after them, and the engine.
+/// The default with the split guard at 1 × the headroom: a cached block
+/// above 0.085 × the high water serves only a request that fills half of it.
+/// The default splits any cached block, so packing before release and the
+/// churn limit have work to do only in a profile like this one.
+fn guarded() -> Config {
+    let mut c = Config::default();
+    c.without_limit.split_guard = Some(1.0);
+    c
+}
+
+/// 1000 MiB live, then iterations of a 400 MiB and a 150 MiB tensor in turn.
+/// Under [`guarded`] the 150 MiB one may not split the cached 400 MiB block
+/// (it is above the split guard), and both segments together are above the
+/// soft target (1.085 × 1400 MiB), so each iteration releases one to create
+/// the other until the churn limit grows the target. Returns the device
+/// allocations made in the first 10 iterations and in the 40 after them, and
+/// the engine.
 fn alternate(config: Config) -> (u64, u64, Engine<SimulatedDevice>) {
     let mut e = engine(config);
     let live = e.allocate(Request::new(1000 * MIB, 0)).unwrap();
@@ -234,13 +245,29 @@ fn a_configuration_saved_before_split_remainder_fraction_still_reads() {
     );
 }
 
-/// The default without [`Config::pack_before_release`], to show the churn
+/// [`guarded`] without [`Config::pack_before_release`], to show the churn
 /// limit alone.
 fn unpacked() -> Config {
     Config {
         pack_before_release: false,
-        ..Config::default()
+        ..guarded()
     }
+}
+
+#[test]
+fn the_default_splits_a_cached_block_for_a_smaller_request() {
+    // The 150 MiB tensor takes the front of the cached 400 MiB block, as in
+    // PyTorch's allocator: two device allocations in all, none released, and
+    // nothing held above the high water. Under the split guard (the negative
+    // control) the same loop releases and re-creates before packing stops it.
+    let (first, later, e) = alternate(Config::default());
+    assert_eq!((first, later), (2, 0));
+    assert_eq!(e.stats().counters.device_frees, 0);
+    assert_eq!(e.stats().total.reserved_bytes.peak, 1400 * MIB);
+    e.check_invariants().unwrap();
+    let (first, _, e) = alternate(guarded());
+    assert_eq!(first, 4);
+    assert_eq!(e.stats().counters.device_frees, 2);
 }
 
 #[test]
@@ -252,7 +279,7 @@ fn the_headroom_packs_a_request_into_a_cached_block_before_it_releases() {
     // size it released, made again. From then on it packs the 150 MiB tensor
     // into the cached 400 MiB block: four device allocations in all, two
     // releases, and nothing held above the high water.
-    let (first, later, e) = alternate(Config::default());
+    let (first, later, e) = alternate(guarded());
     assert_eq!((first, later), (4, 0));
     assert_eq!(e.stats().counters.device_frees, 2);
     assert_eq!(e.stats().total.reserved_bytes.peak, 1400 * MIB);
@@ -260,7 +287,7 @@ fn the_headroom_packs_a_request_into_a_cached_block_before_it_releases() {
     // Packing alone stops the churn: the same without the churn limit.
     let (first, later, _) = alternate(Config {
         churn_limit: 0.0,
-        ..Config::default()
+        ..guarded()
     });
     assert_eq!((first, later), (4, 0));
     // Without packing the headroom goes on releasing until the churn limit
@@ -280,7 +307,7 @@ fn a_segment_made_again_in_another_pool_is_not_the_loop_coming_back() {
         e.free(a.id).unwrap();
     };
     let frees = |e: &Engine<SimulatedDevice>| e.stats().counters.device_frees;
-    let mut e = engine(Config::default());
+    let mut e = engine(guarded());
     let _live = e.allocate(Request::new(1000 * MIB, 0)).unwrap();
     touch_in(&mut e, 400 * MIB, 1);
     touch_in(&mut e, 150 * MIB, 1);
@@ -291,7 +318,7 @@ fn a_segment_made_again_in_another_pool_is_not_the_loop_coming_back() {
     assert_eq!(frees(&e), 3, "usage 0's 400 MiB block released, not packed");
     e.check_invariants().unwrap();
     // In one pool the same sequence is the loop coming back: packed.
-    let mut e = engine(Config::default());
+    let mut e = engine(guarded());
     let _live = e.allocate(Request::new(1000 * MIB, 0)).unwrap();
     touch_in(&mut e, 400 * MIB, 0);
     touch_in(&mut e, 150 * MIB, 0);
@@ -303,7 +330,13 @@ fn a_segment_made_again_in_another_pool_is_not_the_loop_coming_back() {
 
 #[test]
 fn a_configuration_saved_before_pack_before_release_still_reads() {
-    assert_eq!(saved_without("pack_before_release"), unpacked());
+    assert_eq!(
+        saved_without("pack_before_release"),
+        Config {
+            pack_before_release: false,
+            ..Config::default()
+        }
+    );
 }
 
 /// The default configuration as saved by a version without `field`, read back.
