@@ -12,6 +12,63 @@ pub enum Limit {
     Fraction(f64),
 }
 
+/// What a hard limit is for, which decides how the pool places requests
+/// under it.
+///
+/// A budget the workload is meant to fill wants the tightest fit from the
+/// first request; a ceiling far above what the workload needs wants the pool
+/// to behave as if there were none. No placement does both (BENCHMARKS.md,
+/// "A limit as a budget or as a ceiling"): exact segments make the smallest
+/// budgets, and re-create segments when the limit is loose.
+///
+/// ```
+/// use vrampool::{Config, Engine, Limit, LimitKind, Request, SimulatedDevice};
+/// let engine = |limit_kind| {
+///     let config = Config {
+///         limit: Some(Limit::Bytes(4 << 30)), // far above what is asked below
+///         limit_kind,
+///         ..Config::default()
+///     };
+///     Engine::new(SimulatedDevice::new(8 << 30), config)
+/// };
+/// let (mut ceiling, mut budget) = (engine(LimitKind::Ceiling)?, engine(LimitKind::Budget)?);
+/// for e in [&mut ceiling, &mut budget] {
+///     let a = e.allocate(Request::new(3 << 20, 0))?;
+///     e.free(a.id)?;
+///     let b = e.allocate(Request::new(1 << 20, 0))?; // fills a third of the cached block
+///     e.free(b.id)?;
+/// }
+/// // Under the ceiling, as with no limit, the 1 MiB tensor takes part of the
+/// // cached 3 MiB block; under the budget it gets an exact segment of its own.
+/// assert_eq!(ceiling.stats().counters.device_allocs, 1);
+/// assert_eq!(budget.stats().counters.device_allocs, 2);
+/// # Ok::<(), vrampool::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub enum LimitKind {
+    /// A budget to fit the workload into (the default): from the first
+    /// request the pool places with [`Config::under_limit`] — exact segments
+    /// for all but the smallest requests, a cached block reused only by a
+    /// request that fills 90 % of it, no soft headroom — so it never pins
+    /// memory the limit may need back. On the corpus the smallest budget
+    /// with no OOM is within 1.03 × peak live + 1 MiB on all but two rows.
+    /// The price, when the limit is far above what the workload needs: the
+    /// cache fills up to the limit with segments of exact sizes and turns
+    /// over (at 1.5 × peak live the corpus made 109 336 device allocations,
+    /// PyTorch's scheme 3 648).
+    #[default]
+    Budget,
+    /// A ceiling for safety, as PyTorch's `set_per_process_memory_fraction`
+    /// is: the pool places with [`Config::without_limit`] and its soft
+    /// headroom, as with no limit, and the limit acts only when a request
+    /// would pass it (shrink the segment, release cached segments, take any
+    /// cached block, then fail). A ceiling the workload never reaches
+    /// changes nothing; near peak live it fails sooner than a budget (on
+    /// the corpus, OOMs at 1.1 × peak live on 20 of 54 rows, a budget on 1,
+    /// PyTorch's scheme on 35).
+    Ceiling,
+}
+
 /// Whether the pool grows on demand or reserves memory up front.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub enum Growth {
@@ -40,8 +97,8 @@ pub enum ReleaseOrder {
 
 /// Where requests go: size classes, segment sizes and when a cached block may
 /// be split. The engine uses [`Config::under_limit`] while a hard limit is set
-/// and [`Config::without_limit`] otherwise; the two defaults are measured on
-/// the shared PyTorch traces (BENCHMARKS.md).
+/// as a [`LimitKind::Budget`] and [`Config::without_limit`] otherwise; the two
+/// defaults are measured on the shared PyTorch traces (BENCHMARKS.md).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Placement {
     /// Requests up to this size are small: packed into small segments.
@@ -102,7 +159,7 @@ impl Placement {
     /// The fit that guarded blocks follow (see [`Placement::split_guard`]).
     pub const GUARDED_FIT: f64 = 0.5;
 
-    /// For a pool under a hard limit: nothing shared that the limit may need
+    /// For a pool under a budget ([`LimitKind::Budget`]): nothing shared that the limit may need
     /// back. Requests above 256 KiB get a segment of their own (there is no
     /// medium class), which the pool can give back whole the moment the limit
     /// needs it; smaller ones share 1 MiB segments; a cached large block serves
@@ -175,6 +232,11 @@ impl Placement {
 pub struct Config {
     /// Hard cap on reserved bytes; `None` means only the device limits.
     pub limit: Option<Limit>,
+    /// Whether [`Config::limit`] is a budget to fill or a ceiling for
+    /// safety, which decides the placement under it. A configuration saved
+    /// without the field reads as [`LimitKind::Budget`], as it behaved.
+    #[serde(default)]
+    pub limit_kind: LimitKind,
     /// Device capacity for [`Limit::Fraction`], overriding the backend's.
     pub capacity: Option<u64>,
     /// Free bytes in fully-free segments above this are released after each free
@@ -187,9 +249,11 @@ pub struct Config {
     /// before it creates a new one (or, with [`Config::pack_before_release`],
     /// by packing the request into a cached block instead). `None` disables it
     /// (cache everything).
-    /// Under a hard limit it does not act: the limit is the cap, and releasing
-    /// below it only re-creates the same segments (at a limit of 1.5 × peak
-    /// live it made 1.8 × the device allocations on the corpus).
+    /// Under a hard limit set as a [`LimitKind::Budget`] it does not act: the
+    /// limit is the cap, and releasing below it only re-creates the same
+    /// segments (at a limit of 1.5 × peak live it made 1.8 × the device
+    /// allocations on the corpus). Under a [`LimitKind::Ceiling`] it acts as
+    /// with no limit.
     pub headroom: Option<f64>,
     /// The soft headroom stops buying memory with churn: once it has released
     /// this many × the high water (the most bytes ever allocated) since its
@@ -242,9 +306,9 @@ pub struct Config {
     /// Offset alignment and size granularity of blocks (wgpu's
     /// `min_storage_buffer_offset_alignment`, 256).
     pub alignment: u64,
-    /// Placement while a hard limit is set.
+    /// Placement while a hard limit is set as a [`LimitKind::Budget`].
     pub under_limit: Placement,
-    /// Placement while no hard limit is set.
+    /// Placement with no hard limit, or one set as a [`LimitKind::Ceiling`].
     pub without_limit: Placement,
     /// Largest segment the pool will create, if below the backend's limit.
     pub max_segment_size: Option<u64>,
@@ -385,6 +449,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             limit: None,
+            limit_kind: LimitKind::Budget,
             capacity: None,
             cache_limit: None,
             growth: Growth::OnDemand,

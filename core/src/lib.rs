@@ -47,7 +47,7 @@ mod types;
 mod gpu;
 
 pub use backend::{Backend, DeviceError, SegmentDesc};
-pub use config::{Config, Growth, Limit, Placement, ReleaseOrder};
+pub use config::{Config, Growth, Limit, LimitKind, Placement, ReleaseOrder};
 pub use engine::{Engine, InvariantError, OomObserver, Planned, SegmentPlan};
 pub use error::{Error, OomInfo, Result, UsageConflict};
 pub use sim::{SimSegment, SimulatedDevice};

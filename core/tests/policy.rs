@@ -339,6 +339,13 @@ fn a_configuration_saved_before_pack_before_release_still_reads() {
     );
 }
 
+#[test]
+fn a_configuration_saved_before_limit_kind_reads_as_a_budget() {
+    let read = saved_without("limit_kind");
+    assert_eq!(read.limit_kind, vrampool::LimitKind::Budget);
+    assert_eq!(read, Config::default());
+}
+
 /// The default configuration as saved by a version without `field`, read back.
 fn saved_without(field: &str) -> Config {
     let mut saved = serde_json::to_value(Config::default()).unwrap();

@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use arbitrary::{Arbitrary, Unstructured};
 use vrampool::fault::{Fault, Faults, Faulty};
 use vrampool::{
-    Allocation, Config, Engine, Error, Growth, Limit, Planned, Request, SimulatedDevice, Stats,
-    Trace, replay,
+    Allocation, Config, Engine, Error, Growth, Limit, LimitKind, Planned, Request, SimulatedDevice,
+    Stats, Trace, replay,
 };
 
 /// Any bytes, plain or gzip: the reader returns a trace or an error with a
@@ -55,6 +55,8 @@ enum Setup {
     Preallocate(u32),
     NoHeadroom,
     SharedLargePool,
+    /// A hard limit taken as a ceiling (`LimitKind::Ceiling`).
+    Ceiling(u32),
 }
 
 /// How the device refuses a programmed create.
@@ -165,6 +167,10 @@ pub fn engine_ops(data: &[u8]) {
         Setup::Preallocate(p) => config.growth = Growth::Preallocate(u64::from(p % 4096) << 16),
         Setup::NoHeadroom => config.headroom = None,
         Setup::SharedLargePool => config.shared_large_pool = true,
+        Setup::Ceiling(l) => {
+            config.limit = Some(Limit::Bytes(u64::from(l) << 12));
+            config.limit_kind = LimitKind::Ceiling;
+        }
     }
     let capacity = mib(u32::from(session.capacity_mib.max(1)));
     let faults = Faults::new();

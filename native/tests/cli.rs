@@ -84,6 +84,40 @@ fn compare_on_a_real_trace_beats_the_baselines() {
 }
 
 #[test]
+fn a_ceiling_replays_as_no_limit_where_a_budget_churns() {
+    // gan_train (held out) under 1.5 × peak live: taken as a ceiling the
+    // limit is never reached and the replay is the unlimited one; taken as a
+    // budget (the default) the cache fills with exact segments and turns over.
+    let gan =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../data/traces/heldout/gan_train.csv.gz");
+    let run = |extra: &[&str]| {
+        let v = json(
+            vrampool()
+                .args(["replay", "--simulate"])
+                .args(extra)
+                .arg(&gan),
+        );
+        v.as_array().unwrap()[0].clone()
+    };
+    let free = run(&[]);
+    let ceiling = run(&["--budget", "1.5x", "--ceiling"]);
+    let budget = run(&["--budget", "1.5x"]);
+    assert_eq!(ceiling["limit_kind"], "Ceiling");
+    assert_eq!(budget["limit_kind"], "Budget");
+    assert_eq!(free["limit_kind"], Value::Null);
+    for k in ["device_allocs", "peak_reserved", "segment_bytes_created"] {
+        assert_eq!(ceiling["report"][k], free["report"][k], "{k}");
+    }
+    let allocs = |r: &Value| f(&r["report"]["device_allocs"]);
+    assert!(
+        allocs(&budget) > 10.0 * allocs(&ceiling),
+        "a budget made {} device allocations, a ceiling {}",
+        allocs(&budget),
+        allocs(&ceiling)
+    );
+}
+
+#[test]
 fn replay_on_the_gpu_matches_wgpus_allocator_report() {
     let dir = tempfile::tempdir().unwrap();
     let svg = dir.path().join("t.svg");

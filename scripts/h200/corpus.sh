@@ -19,12 +19,13 @@ fi
 end=$((SECONDS + ${BUDGET:-400}))
 # The runs of a trace (RUNS, default vrampool pytorch before) rotate their
 # order from trace to trace (and with ROTATE from run to run), so no binary
-# always runs first; SCALES (default 1) replays each trace divided by N too.
+# always runs first; SCALES (default 1) replays each trace divided by N too;
+# TRACES (default: all of data/traces, smallest first) picks the traces.
 order=(${RUNS:-vrampool pytorch before})
 n=${#order[@]}
 i=${ROTATE:-0}
 for s in ${SCALES:-1}; do
-for t in $(ls -S -r data/traces/*.csv.gz data/traces/heldout/*.csv.gz); do
+for t in ${TRACES:-$(ls -S -r data/traces/*.csv.gz data/traces/heldout/*.csv.gz)}; do
   i=$((i + 1))
   for k in $(seq 0 $((n - 1))); do
     p=${order[$(( (i + k) % n ))]}
@@ -32,9 +33,14 @@ for t in $(ls -S -r data/traces/*.csv.gz data/traces/heldout/*.csv.gz); do
     # A run named policy@hints replays with --memory-hints hints (not `before`:
     # binaries before fddc8a7 have no such flag).
     hints=(); case $p in *@*) hints=(--memory-hints ${p#*@}); p0=${p%@*};; *) p0=$p;; esac
-    if [ $p0 = before ]; then bin=.bin/vrampool_before; pol=vrampool; else bin=$B; pol=$p0; fi
+    # `ceiling` is the vrampool policy taking LIMIT (a --budget, e.g. 1.5x) as a
+    # LimitKind::Ceiling; LIMIT applies to every run of this call.
+    extra=(); [ -n "${LIMIT:-}" ] && extra=(--budget $LIMIT)
+    if [ $p0 = before ]; then bin=.bin/vrampool_before; pol=vrampool;
+    elif [ $p0 = ceiling ]; then bin=$B; pol=vrampool; extra+=(--ceiling);
+    else bin=$B; pol=$p0; fi
     echo "== $t ÷$s $p $(date +%T)" >> $OUT/log.txt
-    timeout $left $bin replay --policy $pol "${hints[@]}" --scale $s --nvidia-smi --json $t > /tmp/r.json 2>> $OUT/log.txt \
+    timeout $left $bin replay --policy $pol "${hints[@]}" "${extra[@]}" --scale $s --nvidia-smi --json $t > /tmp/r.json 2>> $OUT/log.txt \
       && python3 -c "import json,sys; d=json.load(open('/tmp/r.json')); [r.update(run='$p', scale=$s) for r in d]; print(json.dumps(d))" >> $OUT/replays.jsonl
   done
 done

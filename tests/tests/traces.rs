@@ -5,7 +5,7 @@
 //! figures, and a lavapipe replay equals the simulated one. Every trace's
 //! figures are pinned by figures.rs.
 
-use vrampool::{Config, Engine, Limit, ReplayReport, SimulatedDevice, Trace, replay};
+use vrampool::{Config, Engine, Limit, LimitKind, ReplayReport, SimulatedDevice, Trace, replay};
 use vrampool_tests::trace_path;
 
 const TRACES: [&str; 3] = ["gpt_train", "resnet_train", "batch_sweep"];
@@ -71,6 +71,41 @@ fn every_trace_replays_under_1_03x_peak_live() {
             r.peak_reserved
         );
         assert_eq!(r.allocs as usize, t.allocations());
+        e.check_invariants().unwrap();
+    }
+}
+
+#[test]
+fn a_ceiling_the_workload_never_reaches_changes_nothing() {
+    // A limit of 2 × peak live set as a ceiling places as with no limit. The
+    // same limit as a budget (the default, and the negative control) places
+    // with exact segments from the first request, so its cache fills up
+    // towards the limit with segments it cannot reuse.
+    let ceiling = Config {
+        limit_kind: LimitKind::Ceiling,
+        ..Config::default()
+    };
+    let figures = |r: &ReplayReport| (r.device_allocs, r.peak_reserved, r.segment_bytes_created);
+    for name in TRACES {
+        let t = load(name);
+        let (free, _) = run(&t, None);
+        let (capped, e) = run_with(ceiling.clone(), &t, Some(2.0));
+        assert_eq!(figures(&capped), figures(&free), "{name}");
+        e.check_invariants().unwrap();
+        let (budget, _) = run(&t, Some(2.0));
+        assert!(
+            budget.device_allocs > 2 * free.device_allocs
+                && budget.peak_reserved > free.peak_reserved,
+            "{name}: a budget made {} device allocations and held {} bytes, a ceiling {} and {}",
+            budget.device_allocs,
+            budget.peak_reserved,
+            free.device_allocs,
+            free.peak_reserved
+        );
+        // Near peak live the ceiling binds, and holds.
+        let (tight, e) = run_with(ceiling.clone(), &t, Some(1.1));
+        let limit = e.limit().unwrap();
+        assert!(tight.peak_reserved <= limit, "{name}: over the ceiling");
         e.check_invariants().unwrap();
     }
 }

@@ -209,7 +209,7 @@ impl<B: Backend> Engine<B> {
     /// request's block in it.
     pub fn commit(&mut self, plan: SegmentPlan, segment: B::Segment) -> Allocation {
         self.in_flight -= plan.size;
-        if self.limit.is_none() {
+        if !self.under_budget() {
             self.note_recreation(Released {
                 pool: plan.pool,
                 class: plan.class,
@@ -271,7 +271,7 @@ impl<B: Backend> Engine<B> {
     /// The soft headroom's cap on reserved bytes if `rounded` more were allocated.
     fn soft_target(&self, rounded: u64) -> Option<u64> {
         let h = self.config.headroom?;
-        if self.limit.is_some() {
+        if self.under_budget() {
             return None;
         }
         let peak = self

@@ -5,7 +5,7 @@
 //! placement profiles and their measured values are in config.rs.
 
 use crate::backend::Backend;
-use crate::config::{Config, Placement};
+use crate::config::{Config, LimitKind, Placement};
 use crate::types::SegmentClass;
 
 use super::Engine;
@@ -77,10 +77,18 @@ impl<B: Backend> Engine<B> {
         }
     }
 
-    /// The placement profile in force: [`Config::under_limit`] while a hard
-    /// limit is set, [`Config::without_limit`] otherwise.
+    /// Whether a hard limit set as a [`LimitKind::Budget`] is in force: the
+    /// pool then places with [`Config::under_limit`] and the soft headroom
+    /// does not act. Under a [`LimitKind::Ceiling`] the pool places as with
+    /// no limit, and the limit acts only where a request would pass it.
+    pub(super) fn under_budget(&self) -> bool {
+        self.limit.is_some() && self.config.limit_kind == LimitKind::Budget
+    }
+
+    /// The placement profile in force: [`Config::under_limit`] under a
+    /// budget, [`Config::without_limit`] otherwise.
     pub(super) fn placement(&self) -> &Placement {
-        if self.limit.is_some() {
+        if self.under_budget() {
             &self.config.under_limit
         } else {
             &self.config.without_limit
@@ -99,10 +107,10 @@ impl<B: Backend> Engine<B> {
         preallocated
             .or_else(|| self.find_in_class_then_large(pool, class, rounded, Fit::Placement))
             .or_else(|| {
-                // Medium segments made before a hard limit was set: under one
-                // no request may be medium, so any may use their free space.
+                // Medium segments made before a budget was set: under one no
+                // request may be medium, so any may use their free space.
                 let other = !matches!(class, SegmentClass::Medium | SegmentClass::Exclusive);
-                if other && self.limit.is_some() && !self.config.shared_large_pool {
+                if other && self.under_budget() && !self.config.shared_large_pool {
                     self.find_free(pool, SegmentClass::Medium, rounded)
                 } else {
                     None

@@ -8,7 +8,7 @@ use anyhow::{Result, anyhow};
 use indicatif::ProgressBar;
 use serde::Serialize;
 use vrampool::trace::{Replayer, Step, smallest_budget};
-use vrampool::{Backend, Config, ReplayReport, Trace};
+use vrampool::{Backend, Config, LimitKind, ReplayReport, Trace};
 
 use crate::policy::{EnginePolicy, Figures, NoCache, Policy, PolicyKind, Requests, SizeClass};
 
@@ -59,6 +59,8 @@ pub struct Job<'t> {
     pub trace: &'t Trace,
     /// The hard limit, in bytes.
     pub limit: Option<u64>,
+    /// Whether the vrampool policy takes the limit as a budget or a ceiling.
+    pub limit_kind: LimitKind,
     /// How the replay asks for its blocks.
     pub requests: Requests,
 }
@@ -74,13 +76,22 @@ pub fn run_policy<B: Backend>(
         kind,
         trace,
         limit,
+        limit_kind,
         requests,
     } = job;
     let b = make()?;
     let usage = requests.usage;
     match kind {
         PolicyKind::Vrampool => drive(
-            &mut EnginePolicy::new(b, Config::default(), limit, requests)?,
+            &mut EnginePolicy::new(
+                b,
+                Config {
+                    limit_kind,
+                    ..Config::default()
+                },
+                limit,
+                requests,
+            )?,
             trace,
             bar,
             probe,

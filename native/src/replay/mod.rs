@@ -13,7 +13,7 @@ use clap::{Args, ValueEnum};
 use indicatif::ProgressBar;
 use serde_json::json;
 use vrampool::trace::DeviceCost;
-use vrampool::{Backend, SimulatedDevice, Trace, WgpuBackend, fmt_bytes};
+use vrampool::{Backend, LimitKind, SimulatedDevice, Trace, WgpuBackend, fmt_bytes};
 
 use crate::policy::{AccessMode, PolicyKind, Requests};
 use crate::target::{Target, nvidia_smi_used};
@@ -31,6 +31,12 @@ pub struct ReplayArgs {
     /// trace's peak live (`1.05x`). Default: no limit.
     #[arg(long)]
     budget: Option<String>,
+    /// Take the limit (--budget, and the budgets --min-budget tries) as a
+    /// ceiling for safety (vrampool::LimitKind::Ceiling: placed as with no
+    /// limit until a request would pass it) rather than a budget to fill.
+    /// The vrampool policy only.
+    #[arg(long)]
+    ceiling: bool,
     /// The allocation policy.
     #[arg(long, value_enum, default_value_t = PolicyKind::Vrampool)]
     policy: PolicyKind,
@@ -158,6 +164,11 @@ pub fn command(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
         access: a.access,
         submit_every: a.submit_every,
     };
+    let limit_kind = if a.ceiling {
+        LimitKind::Ceiling
+    } else {
+        LimitKind::Budget
+    };
     let mut rows = Vec::new();
     let mut any_oom = false;
     for t in &traces {
@@ -171,6 +182,7 @@ pub fn command(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
                 kind,
                 trace: t,
                 limit,
+                limit_kind,
                 requests,
             };
             let mut view = DriverView::default();
@@ -263,6 +275,7 @@ pub fn command(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
                 trace: t.name.clone(),
                 policy: kind,
                 limit,
+                limit_kind,
                 outcome,
                 min_budget: min,
                 driver: view,
@@ -283,6 +296,7 @@ struct Row {
     trace: String,
     policy: PolicyKind,
     limit: Option<u64>,
+    limit_kind: LimitKind,
     outcome: Outcome,
     /// The smallest budget (× peak live) and the device allocations it needs.
     min_budget: Option<(f64, u64)>,
@@ -336,6 +350,11 @@ fn print_replay(rows: &[Row], c: &Common, min: bool, target: &Target) -> Result<
                         .flatten()
                         .map(|v| v.get_name().to_string()),
                     "limit": r.limit,
+                    // Only the vrampool policy reads it.
+                    "limit_kind": r
+                        .limit
+                        .filter(|_| r.policy == PolicyKind::Vrampool)
+                        .map(|_| r.limit_kind),
                     "report": r.outcome.report,
                     "estimated_device_ms": DeviceCost::H200_VULKAN.of_replay(&r.outcome.report),
                     "released_by_empty_cache": r.outcome.released_at_end,
