@@ -64,7 +64,7 @@ pub enum LimitKind {
     /// would pass it (shrink the segment, release cached segments, take any
     /// cached block, then fail). A ceiling the workload never reaches
     /// changes nothing; near peak live it fails sooner than a budget (on
-    /// the corpus, OOMs at 1.1 × peak live on 20 of 54 rows, a budget on 1,
+    /// the corpus, OOMs at 1.1 × peak live on 19 of 54 rows, a budget on 1,
     /// PyTorch's scheme on 35).
     Ceiling,
 }
@@ -244,10 +244,11 @@ pub struct Config {
     pub cache_limit: Option<u64>,
     /// Growth on demand or preallocation.
     pub growth: Growth,
-    /// Soft headroom: without a hard limit, the pool keeps reserved bytes near
+    /// Soft headroom: without a hard limit (or under a ceiling), the pool keeps reserved bytes near
     /// `(1 + headroom) ×` the highest allocated bytes so far by releasing unused cached segments
-    /// before it creates a new one (or, with [`Config::pack_before_release`],
-    /// by packing the request into a cached block instead). `None` disables it
+    /// before it creates a new one (or, with [`Config::pack_before_release`] in
+    /// a profile that refuses some splits, by packing the request into a cached
+    /// block instead). `None` disables it
     /// (cache everything).
     /// Under a hard limit set as a [`LimitKind::Budget`] it does not act: the
     /// limit is the cap, and releasing below it only re-creates the same

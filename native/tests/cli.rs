@@ -447,6 +447,25 @@ fn bad_requests_are_refused() {
         "--scale 0",
     );
     refuses(
+        &["replay", "--simulate", "--ceiling", &t],
+        &[],
+        "give --budget (or --min-budget)",
+    );
+    refuses(
+        &[
+            "replay",
+            "--simulate",
+            "--ceiling",
+            "--budget",
+            "2x",
+            "--policy",
+            "pytorch",
+            &t,
+        ],
+        &[],
+        "vrampool policy only",
+    );
+    refuses(
         &["bench", "--simulate", "--sizes", "0"],
         &[],
         "a size of 0 bytes",

@@ -37,7 +37,9 @@ for t in ${TRACES:-$(ls -S -r data/traces/*.csv.gz data/traces/heldout/*.csv.gz)
     # LimitKind::Ceiling; LIMIT applies to every run of this call.
     extra=(); [ -n "${LIMIT:-}" ] && extra=(--budget $LIMIT)
     if [ $p0 = before ]; then bin=.bin/vrampool_before; pol=vrampool;
-    elif [ $p0 = ceiling ]; then bin=$B; pol=vrampool; extra+=(--ceiling);
+    elif [ $p0 = ceiling ]; then
+      [ -z "${LIMIT:-}" ] && { echo "a ceiling run needs LIMIT (e.g. 1.5x)" >> $OUT/log.txt; continue; }
+      bin=$B; pol=vrampool; extra+=(--ceiling);
     else bin=$B; pol=$p0; fi
     echo "== $t ÷$s $p $(date +%T)" >> $OUT/log.txt
     timeout $left $bin replay --policy $pol "${hints[@]}" "${extra[@]}" --scale $s --nvidia-smi --json $t > /tmp/r.json 2>> $OUT/log.txt \

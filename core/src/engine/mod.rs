@@ -197,7 +197,9 @@ impl<B: Backend> Engine<B> {
     }
 
     /// Sets or clears the hard limit. Cached memory above a lower limit is
-    /// released at once; live memory is never touched.
+    /// released at once; live memory is never touched. The limit is a budget
+    /// or a ceiling as [`Config::limit_kind`](crate::Config::limit_kind) said
+    /// when the engine was made.
     pub fn set_limit(&mut self, limit: Option<Limit>) -> Result<()> {
         self.limit = self.resolve_limit(limit)?;
         self.config.limit = limit;

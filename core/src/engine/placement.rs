@@ -270,9 +270,12 @@ impl<B: Backend> Engine<B> {
                     );
                     seg = seg.min(cap.max(2 * rounded));
                 }
-                if let Some(limit) = self.limit {
+                if let Some(limit) = self.limit
+                    && self.under_budget()
+                {
                     // A shared segment is at most an eighth of the budget, so a
-                    // small budget is not spent on one half-empty segment.
+                    // small budget is not spent on one half-empty segment (a
+                    // ceiling changes nothing until it is reached).
                     seg = seg.min(round_up(limit / 8, p.small_segment.max(1)).max(2 * rounded));
                 }
                 seg.max(rounded)

@@ -683,7 +683,9 @@ impl Pool {
         }
     }
 
-    /// Sets or clears the hard limit; cached memory above it is released.
+    /// Sets or clears the hard limit; cached memory above it is released. It
+    /// is a budget or a ceiling as the configuration's
+    /// [`limit_kind`](crate::Config::limit_kind) says.
     pub fn set_limit(&self, limit: Option<Limit>) -> Result<()> {
         self.inner.engine_synced().set_limit(limit)
     }

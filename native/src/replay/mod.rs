@@ -116,6 +116,17 @@ pub fn command(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
     if a.scale == 0 {
         bail!("--scale 0: the divisor must be at least 1");
     }
+    if a.ceiling && a.budget.is_none() && !a.min_budget {
+        bail!(
+            "--ceiling takes the limit as a ceiling, and there is none: give --budget (or --min-budget)"
+        );
+    }
+    if a.ceiling && !a.compare && a.policy != PolicyKind::Vrampool {
+        bail!(
+            "--ceiling applies to the vrampool policy only; {} has no such setting",
+            a.policy.name()
+        );
+    }
     let budget = a.budget.as_deref().map(parse_budget).transpose()?;
     let mut traces = Vec::new();
     for path in &a.traces {
@@ -350,11 +361,11 @@ fn print_replay(rows: &[Row], c: &Common, min: bool, target: &Target) -> Result<
                         .flatten()
                         .map(|v| v.get_name().to_string()),
                     "limit": r.limit,
-                    // Only the vrampool policy reads it.
-                    "limit_kind": r
-                        .limit
-                        .filter(|_| r.policy == PolicyKind::Vrampool)
-                        .map(|_| r.limit_kind),
+                    // Only the vrampool policy reads it, for --budget and for
+                    // the budgets --min-budget tries.
+                    "limit_kind": (r.policy == PolicyKind::Vrampool
+                        && (r.limit.is_some() || r.min_budget.is_some()))
+                    .then_some(r.limit_kind),
                     "report": r.outcome.report,
                     "estimated_device_ms": DeviceCost::H200_VULKAN.of_replay(&r.outcome.report),
                     "released_by_empty_cache": r.outcome.released_at_end,
