@@ -51,10 +51,10 @@ pub enum LimitKind {
     /// for all but the smallest requests, a cached block reused only by a
     /// request that fills 90 % of it, no soft headroom — so it never pins
     /// memory the limit may need back. On the corpus the smallest budget
-    /// with no OOM is within 1.03 × peak live + 1 MiB on all but two rows.
+    /// with no OOM is within 1.03 × peak live + 1 MiB on every row.
     /// The price, when the limit is far above what the workload needs: the
     /// cache fills up to the limit with segments of exact sizes and turns
-    /// over (at 1.5 × peak live the corpus made 109 336 device allocations,
+    /// over (at 1.5 × peak live the corpus made 140 784 device allocations,
     /// PyTorch's scheme 3 648).
     #[default]
     Budget,
@@ -64,7 +64,7 @@ pub enum LimitKind {
     /// would pass it (shrink the segment, release cached segments, take any
     /// cached block, then fail). A ceiling the workload never reaches
     /// changes nothing; near peak live it fails sooner than a budget (on
-    /// the corpus, OOMs at 1.1 × peak live on 19 of 54 rows, a budget on 1,
+    /// the corpus, OOMs at 1.1 × peak live on 19 of 54 rows, a budget on none,
     /// PyTorch's scheme on 35).
     Ceiling,
 }
@@ -160,18 +160,18 @@ impl Placement {
     pub const GUARDED_FIT: f64 = 0.5;
 
     /// For a pool under a budget ([`LimitKind::Budget`]): nothing shared that the limit may need
-    /// back. Requests above 256 KiB get a segment of their own (there is no
+    /// back. Requests above 96 KiB get a segment of their own (there is no
     /// medium class), which the pool can give back whole the moment the limit
     /// needs it; smaller ones share 1 MiB segments; a cached large block serves
     /// only requests that fill 90 % of it, so a small tensor never pins a big
-    /// block (the failure PyTorch's `max_split_size` exists for). On the 45
+    /// block (the failure PyTorch's `max_split_size` exists for). On the 54
     /// trace × scale rows of data/traces this keeps the smallest budget within
-    /// 1.03 × peak live + 1 MiB and at or below the PyTorch preset's on all
-    /// but two (with 1–4 MiB requests packed into 32 MiB segments, 30 rows
-    /// missed it; BENCHMARKS.md).
+    /// 1.03 × peak live + 1 MiB and at or below the PyTorch preset's on every
+    /// row (with requests up to 256 KiB shared, two rows missed it; with 1–4
+    /// MiB requests packed into 32 MiB segments, 30; BENCHMARKS.md).
     pub fn under_limit() -> Self {
         Placement {
-            small_request: 256 << 10,
+            small_request: 96 << 10,
             small_segment: 1 << 20,
             small_segment_growth: 0.0,
             max_small_segment: 1 << 20,

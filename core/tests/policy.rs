@@ -67,11 +67,23 @@ fn medium_segments_made_before_a_limit_still_serve_under_it() {
     e.check_invariants().unwrap();
 }
 
-/// Under a 1.2 MiB limit: four 200 KiB tensors fill most of a 1 MiB small
-/// segment, the middle two are freed (a free 400 KiB run), and a 300 KiB
-/// tensor comes, above the 256 KiB small requests. Its own segment would
-/// pass the limit and no segment is empty to release: the result of that
-/// request, and the engine.
+/// Twelve 80 KiB tensors (small under a limit, up to 96 KiB) fill most of a
+/// 1 MiB small segment, and the five after the first are freed: a free
+/// 400 KiB run at 80 KiB.
+fn fragment_a_small_segment(e: &mut Engine<SimulatedDevice>) {
+    let kib = 1 << 10;
+    let small: Vec<_> = (0..12)
+        .map(|_| e.allocate(Request::new(80 * kib, 0)).unwrap())
+        .collect();
+    assert_eq!(e.stats().total.reserved_bytes.current, MIB);
+    for a in &small[1..6] {
+        e.free(a.id).unwrap();
+    }
+}
+
+/// Under a 1.2 MiB limit, a 300 KiB tensor (above the small requests) beside
+/// [`fragment_a_small_segment`]: its own segment would pass the limit and no
+/// segment is empty to release. The result of that request, and the engine.
 fn large_request_beside_a_fragmented_small_segment(
     config: Config,
 ) -> (Result<vrampool::Allocation, Error>, Engine<SimulatedDevice>) {
@@ -80,12 +92,7 @@ fn large_request_beside_a_fragmented_small_segment(
         limit: Some(Limit::Bytes(1200 * kib)),
         ..config
     });
-    let small: Vec<_> = (0..4)
-        .map(|_| e.allocate(Request::new(200 * kib, 0)).unwrap())
-        .collect();
-    assert_eq!(e.stats().total.reserved_bytes.current, MIB);
-    e.free(small[1].id).unwrap();
-    e.free(small[2].id).unwrap();
+    fragment_a_small_segment(&mut e);
     let big = e.allocate(Request::new(300 * kib, 0));
     (big, e)
 }
@@ -98,8 +105,8 @@ fn under_a_limit_a_request_takes_any_cached_block_before_it_fails() {
     assert_eq!(s.counters.device_allocs, 1, "no new segment");
     assert_eq!(s.total.reserved_bytes.current, MIB);
     assert_eq!(s.counters.ooms, 0);
-    // It sits in the freed run, between the two live tensors.
-    assert_eq!(big.offset, 200 << 10);
+    // It sits in the freed run, between live tensors.
+    assert_eq!(big.offset, 80 << 10);
     e.check_invariants().unwrap();
     // Without the step, as in PyTorch's allocator: out of memory, with
     // 400 KiB cached.
@@ -126,15 +133,11 @@ fn the_last_resort_comes_before_a_release_that_cannot_make_room() {
         limit: Some(Limit::Bytes(1340 * kib)),
         ..Config::default()
     });
-    let small: Vec<_> = (0..4)
-        .map(|_| e.allocate(Request::new(200 * kib, 0)).unwrap())
-        .collect();
+    fragment_a_small_segment(&mut e);
     touch(&mut e, 300 * kib);
-    e.free(small[1].id).unwrap();
-    e.free(small[2].id).unwrap();
     let before = e.stats().counters;
     let a = e.allocate(Request::new(350 * kib, 0)).unwrap();
-    assert_eq!(a.offset, 200 * kib, "in the small segment's free run");
+    assert_eq!(a.offset, 80 * kib, "in the small segment's free run");
     touch(&mut e, 300 * kib);
     let c = e.stats().counters;
     assert_eq!(
