@@ -161,7 +161,7 @@ const ENGINE_BOUND: Bound = Bound {
 /// 3 MiB more, and the policy before them 376–437 MiB, 8 MiB more. Since it
 /// packs before it releases (01d90d8), 361–403 MiB over 1 M operations,
 /// level (not measured over 4 M); with no cached block guarded (ff8d0e0),
-/// 400–425 MiB, 12 MiB more in the second half. A leak of
+/// 400–425 MiB, level. A leak of
 /// one 2 MiB segment per 10 000 operations would add 100 MiB.
 const DEFAULT_POLICY_BOUND: Bound = Bound {
     growth: 32 << 20,
