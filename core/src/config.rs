@@ -159,8 +159,8 @@ impl Placement {
     /// The fit that guarded blocks follow (see [`Placement::split_guard`]).
     pub const GUARDED_FIT: f64 = 0.5;
 
-    /// For a pool under a budget ([`LimitKind::Budget`]): nothing shared that the limit may need
-    /// back. Requests above 96 KiB get a segment of their own (there is no
+    /// For a pool under a budget ([`LimitKind::Budget`]): nothing shared that
+    /// the limit may need back. Requests above 96 KiB get a segment of their own (there is no
     /// medium class), which the pool can give back whole the moment the limit
     /// needs it; smaller ones share 1 MiB segments; a cached large block serves
     /// only requests that fill 90 % of it, so a small tensor never pins a big
@@ -244,8 +244,9 @@ pub struct Config {
     pub cache_limit: Option<u64>,
     /// Growth on demand or preallocation.
     pub growth: Growth,
-    /// Soft headroom: without a hard limit (or under a ceiling), the pool keeps reserved bytes near
-    /// `(1 + headroom) ×` the highest allocated bytes so far by releasing unused cached segments
+    /// Soft headroom: without a hard limit (or under a ceiling), the pool
+    /// keeps reserved bytes near `(1 + headroom) ×` the highest allocated
+    /// bytes so far by releasing unused cached segments
     /// before it creates a new one (or, with [`Config::pack_before_release`] in
     /// a profile that refuses some splits, by packing the request into a cached
     /// block instead). `None` disables it
