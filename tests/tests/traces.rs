@@ -194,12 +194,23 @@ fn replay_through_pool_watched(
     device: &wgpu::Device,
     queue: &wgpu::Queue,
     front_cache: bool,
-    mut after_alloc: impl FnMut(&vrampool::Pool),
+    after_alloc: impl FnMut(&vrampool::Pool),
 ) -> vrampool::Pool {
     let options = vrampool::PoolOptions {
         front_cache,
         ..Default::default()
     };
+    replay_through_pool_with(t, device, queue, options, after_alloc)
+}
+
+/// [`replay_through_pool_watched`] with the pool's options given whole.
+fn replay_through_pool_with(
+    t: &Trace,
+    device: &wgpu::Device,
+    queue: &wgpu::Queue,
+    options: vrampool::PoolOptions,
+    mut after_alloc: impl FnMut(&vrampool::Pool),
+) -> vrampool::Pool {
     let pool = vrampool::Pool::new(device.clone(), queue.clone(), options).unwrap();
     let mut live = std::collections::HashMap::new();
     for e in &t.events {
@@ -216,6 +227,38 @@ fn replay_through_pool_watched(
         }
     }
     pool
+}
+
+#[test]
+fn on_a_device_a_ceiling_the_pool_never_reaches_changes_nothing() {
+    // gpt_train ÷64 through a Pool on the test device (lavapipe or GL): with
+    // no limit, under a ceiling of 2 × peak live, and under the same limit
+    // as a budget (the negative control).
+    let t = load("gpt_train").scaled(64);
+    let (device, queue, _) = vrampool_tests::device();
+    let with = |limit: Option<Limit>, limit_kind| {
+        let options = vrampool::PoolOptions {
+            front_cache: false,
+            config: Config {
+                limit,
+                limit_kind,
+                ..Config::default()
+            },
+            ..Default::default()
+        };
+        let pool = replay_through_pool_with(&t, &device, &queue, options, |_| {});
+        pool.check_invariants().unwrap();
+        let s = pool.stats();
+        (s.counters.device_allocs, s.total.reserved_bytes.peak)
+    };
+    let limit = Some(Limit::Bytes(2 * t.peak_live));
+    let free = with(None, LimitKind::Budget);
+    assert_eq!(with(limit, LimitKind::Ceiling), free);
+    let budget = with(limit, LimitKind::Budget);
+    assert!(
+        budget.0 > 2 * free.0 && budget.1 > free.1,
+        "a budget made {budget:?} (device allocations, peak reserved), no limit {free:?}"
+    );
 }
 
 #[test]
