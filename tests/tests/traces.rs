@@ -1,9 +1,10 @@
 //! The three shared PyTorch traces (data/traces) replayed on the simulated
 //! device: under a hard limit of 1.03 × peak live there is no OOM (PyTorch needs
 //! 1.123 / 1.031 / 1.124 ×), the same holds with every tensor resized, no
-//! budget from 1.02 × to 2 × fails, the PyTorch preset reproduces PyTorch's own
-//! figures, and a lavapipe replay equals the simulated one. Every trace's
-//! figures are pinned by figures.rs.
+//! budget from 1.02 × to 2 × fails, a ceiling the replay never reaches changes
+//! nothing (simulated and through a Pool on the test device), the PyTorch
+//! preset reproduces PyTorch's own figures, and a lavapipe replay equals the
+//! simulated one. Every trace's figures are pinned by figures.rs.
 
 use vrampool::{Config, Engine, Limit, LimitKind, ReplayReport, SimulatedDevice, Trace, replay};
 use vrampool_tests::trace_path;
