@@ -168,7 +168,8 @@ impl Placement {
     /// trace × scale rows of data/traces this keeps the smallest budget within
     /// 1.03 × peak live + 1 MiB and at or below the PyTorch preset's on every
     /// row (with requests up to 256 KiB shared, two rows missed it; with 1–4
-    /// MiB requests packed into 32 MiB segments, 30; BENCHMARKS.md).
+    /// MiB requests packed into 32 MiB segments, 30 of the 45 tuned ones;
+    /// BENCHMARKS.md).
     pub fn under_limit() -> Self {
         Placement {
             small_request: 96 << 10,
