@@ -88,8 +88,7 @@ fn a_ceiling_replays_as_no_limit_where_a_budget_churns() {
     // gan_train (held out) under 1.5 × peak live: taken as a ceiling the
     // limit is never reached and the replay is the unlimited one; taken as a
     // budget (the default) the cache fills with exact segments and turns over.
-    let gan =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../data/traces/heldout/gan_train.csv.gz");
+    let gan = trace("heldout/gan_train");
     let run = |extra: &[&str]| {
         let v = json(
             vrampool()
