@@ -37,6 +37,12 @@ pub struct Row {
     pub pool_live_ns: Option<f64>,
     /// `raw_live_ns / pool_live_ns`.
     pub ratio_live: Option<f64>,
+    /// Raw, `live` at once, the two halves timed apart: `create_buffer`, ns
+    /// per buffer.
+    pub raw_create_ns: Option<f64>,
+    /// ... and `destroy` of them all, then one `poll` (what the pool's
+    /// release does), ns per buffer: what giving memory back costs.
+    pub raw_destroy_ns: Option<f64>,
     /// The engine alone (simulated device, warm cache): ns per allocate or free.
     pub engine_ns_per_op: f64,
 }
@@ -200,6 +206,34 @@ pub fn threads(
     Ok(rows)
 }
 
+/// Rounds of `live` buffers of `desc` created, then destroyed and one `poll`,
+/// for about `budget` (at least 3, at most `rounds`): ns per buffer created,
+/// and per buffer destroyed.
+fn create_then_destroy(
+    device: &wgpu::Device,
+    desc: &wgpu::BufferDescriptor<'_>,
+    live: u64,
+    rounds: u64,
+    budget: Duration,
+) -> (f64, f64) {
+    let (mut create, mut destroy, mut n) = (Duration::ZERO, Duration::ZERO, 0u64);
+    let start = Instant::now();
+    while n < rounds && (n < 3 || start.elapsed() < budget) {
+        let t = Instant::now();
+        let held: Vec<_> = (0..live).map(|_| device.create_buffer(desc)).collect();
+        create += t.elapsed();
+        let t = Instant::now();
+        for b in held {
+            b.destroy();
+        }
+        let _ = device.poll(wgpu::PollType::Poll);
+        destroy += t.elapsed();
+        n += 1;
+    }
+    let per = |d: Duration| d.as_nanos() as f64 / (n * live) as f64;
+    (per(create), per(destroy))
+}
+
 /// Measures every size on `device` (or only the engine when `None`).
 pub fn run(
     gpu: Option<(&wgpu::Device, &wgpu::Queue)>,
@@ -217,6 +251,7 @@ pub fn run(
         let (mut raw_ns, mut raw_poll_ns, mut pool_ns) = (None, None, None);
         let live = ((1u64 << 30) / size).clamp(1, 64);
         let (mut raw_live_ns, mut pool_live_ns) = (None, None);
+        let (mut raw_create_ns, mut raw_destroy_ns) = (None, None);
         if let (Some((device, _)), Some(pool)) = (gpu, &pool) {
             // Big buffers cost milliseconds: cap iterations so each size takes ~budget.
             let max = if size >= 64 << 20 { 40 } else { 1_000_000 };
@@ -258,6 +293,8 @@ pub fn run(
                 }) / live as f64,
             );
             let _ = device.poll(wgpu::PollType::wait_indefinitely());
+            let (create, destroy) = create_then_destroy(device, &desc, live, rounds, budget);
+            (raw_create_ns, raw_destroy_ns) = (Some(create), Some(destroy));
             let warm: Vec<_> = (0..live)
                 .map(|_| pool.alloc(block(size)))
                 .collect::<Result<_, _>>()?;
@@ -284,6 +321,8 @@ pub fn run(
             raw_live_ns,
             pool_live_ns,
             ratio_live: raw_live_ns.zip(pool_live_ns).map(|(r, p)| r / p),
+            raw_create_ns,
+            raw_destroy_ns,
             engine_ns_per_op: engine_ns(size, budget),
         });
         bar.inc(1);

@@ -86,7 +86,7 @@ pub fn command(a: &BenchArgs, c: &Common) -> Result<ExitCode> {
     }
     outln!("on {}", target.name());
     outln!(
-        "{:>10} {:>18} {:>12} {:>12} {:>8} | {:>5} {:>12} {:>12} {:>8} | {:>12}",
+        "{:>10} {:>18} {:>12} {:>12} {:>8} | {:>5} {:>12} {:>12} {:>8} | {:>10} {:>10} | {:>12}",
         "size",
         "raw create+destroy",
         "raw + poll",
@@ -96,13 +96,15 @@ pub fn command(a: &BenchArgs, c: &Common) -> Result<ExitCode> {
         "raw, N live",
         "pool, N live",
         "ratio",
+        "create",
+        "destroy",
         "engine ns/op"
     );
     let t = |x: Option<f64>| x.map_or("-".into(), fmt_ns);
     for r in rows {
         let x = |v: Option<f64>| v.map_or("-".into(), |x| format!("{x:.0}x"));
         outln!(
-            "{:>10} {:>18} {:>12} {:>12} {:>8} | {:>5} {:>12} {:>12} {:>8} | {:>12.1}",
+            "{:>10} {:>18} {:>12} {:>12} {:>8} | {:>5} {:>12} {:>12} {:>8} | {:>10} {:>10} | {:>12.1}",
             fmt_bytes(r.size),
             t(r.raw_ns),
             t(r.raw_poll_ns),
@@ -112,6 +114,8 @@ pub fn command(a: &BenchArgs, c: &Common) -> Result<ExitCode> {
             t(r.raw_live_ns),
             t(r.pool_live_ns),
             x(r.ratio_live),
+            t(r.raw_create_ns),
+            t(r.raw_destroy_ns),
             r.engine_ns_per_op
         );
     }
