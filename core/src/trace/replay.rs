@@ -243,11 +243,12 @@ pub struct ReplayReport {
     pub reserved_ratio: f64,
     /// Device buffers created.
     pub device_allocs: u64,
-    /// Device buffers destroyed.
+    /// Device buffers destroyed during the replay.
     pub device_frees: u64,
     /// Bytes of the segments created: what the device spent creating memory.
     pub segment_bytes_created: u64,
-    /// Bytes of the segments released.
+    /// Bytes of the segments released during the replay (not counting an
+    /// `empty_cache` after it): what the device spent giving memory back.
     pub segment_bytes_released: u64,
     /// Allocations served from the cache.
     pub cache_hits: u64,

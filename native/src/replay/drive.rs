@@ -170,7 +170,6 @@ fn drive<P: Policy>(
     probe(Moment::CacheHeld);
     let released_at_end = p.empty_cache();
     probe(Moment::Emptied);
-    let after = p.figures();
     let counts = replayer.counts();
     let hits = f.cache_hits - before.cache_hits;
     Ok(Outcome {
@@ -184,8 +183,10 @@ fn drive<P: Policy>(
             reserved_ratio: peak.reserved as f64 / trace.peak_live as f64,
             device_allocs: f.device_allocs - before.device_allocs,
             device_frees: f.device_frees - before.device_frees,
-            segment_bytes_created: after.bytes_created - before.bytes_created,
-            segment_bytes_released: after.bytes_released - before.bytes_released,
+            segment_bytes_created: f.bytes_created - before.bytes_created,
+            // During the replay, as `device_frees`: what `empty_cache` gave
+            // back after it is `released_at_end`.
+            segment_bytes_released: f.bytes_released - before.bytes_released,
             cache_hits: hits,
             cache_misses: counts.allocs - counts.ooms - hits,
             ooms: counts.ooms,
