@@ -1,0 +1,156 @@
+//! The device cost model (`DeviceCost::H200_VULKAN`) against what it models:
+//! the wall time of whole-trace replays recorded on the H200 with no limit,
+//! 18 traces each: `data/h200/e582d2d-replays-*.jsonl` (÷1, ÷16, ÷64, three
+//! runs of the vrampool and PyTorch policies) and `data/h200/cost-replays-*.jsonl`
+//! (÷1, three runs of vrampool, PyTorch, and vrampool with no soft headroom —
+//! the `before` run there —, which releases nothing). The least-squares fit
+//! of the wall time on MiB created, MiB released during the replay and
+//! operations (with the fixed 1 µs per buffer created and destroyed taken off
+//! first) must give the model's constants; a model without the release term
+//! must predict worse, on the replays fitted and on an older binary replayed
+//! beside them (the `before` rows of the e582d2d files), which was not fitted.
+//!
+//! `cargo test -p vrampool-tests --test cost -- --nocapture` prints the fit.
+
+use std::path::PathBuf;
+
+use serde_json::Value;
+use vrampool::trace::DeviceCost;
+
+const MIB: f64 = (1u64 << 20) as f64;
+
+/// One replay: what the model sees (buffers created and destroyed, MiB
+/// created and released during the replay, allocs + frees) and its wall time
+/// in milliseconds.
+struct Replay {
+    creates: f64,
+    destroys: f64,
+    created_mib: f64,
+    released_mib: f64,
+    ops: f64,
+    ms: f64,
+}
+
+/// The no-limit replays of `runs` in the files `data/h200/{prefix}-{0,1,2}.jsonl`.
+/// The e582d2d files were written when `segment_bytes_released` still counted
+/// the final `empty_cache`; it is taken off there (`released_by_empty_cache`).
+fn replays(prefix: &str, runs: &[&str]) -> Vec<Replay> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../data/h200");
+    let counted_empty_cache = prefix.starts_with("e582d2d");
+    let mut out = Vec::new();
+    for i in 0..3 {
+        let path = dir.join(format!("{prefix}-{i}.jsonl"));
+        let text =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        for line in text.lines().filter(|l| l.starts_with('[')) {
+            let rows: Vec<Value> = serde_json::from_str(line).expect("a JSON array per line");
+            for j in rows {
+                if !j["limit"].is_null() || !runs.contains(&j["run"].as_str().unwrap_or("")) {
+                    continue;
+                }
+                let r = &j["report"];
+                let n = |v: &Value| v.as_f64().expect("a number");
+                let mut released = n(&r["segment_bytes_released"]);
+                if counted_empty_cache {
+                    released -= n(&j["released_by_empty_cache"]);
+                }
+                out.push(Replay {
+                    creates: n(&r["device_allocs"]),
+                    destroys: n(&r["device_frees"]),
+                    created_mib: n(&r["segment_bytes_created"]) / MIB,
+                    released_mib: released / MIB,
+                    ops: n(&r["allocs"]) + n(&r["frees"]),
+                    ms: n(&r["elapsed_ns"]) / 1e6,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Least squares of `y` on the columns `x` (normal equations, Gauss-Jordan
+/// with partial pivoting; a handful of columns).
+fn least_squares(x: &[Vec<f64>], y: &[f64]) -> Vec<f64> {
+    let k = x[0].len();
+    let mut a = vec![vec![0.0; k + 1]; k];
+    for (row, &yi) in x.iter().zip(y) {
+        for i in 0..k {
+            for j in 0..k {
+                a[i][j] += row[i] * row[j];
+            }
+            a[i][k] += row[i] * yi;
+        }
+    }
+    for c in 0..k {
+        let p = (c..k)
+            .max_by(|&i, &j| a[i][c].abs().total_cmp(&a[j][c].abs()))
+            .expect("rows");
+        a.swap(c, p);
+        let pivot = a[c].clone();
+        for (r, row) in a.iter_mut().enumerate() {
+            if r != c {
+                let f = row[c] / pivot[c];
+                for (x, p) in row.iter_mut().zip(&pivot).skip(c) {
+                    *x -= f * p;
+                }
+            }
+        }
+    }
+    (0..k).map(|i| a[i][k] / a[i][i]).collect()
+}
+
+/// The fixed costs the model does not fit: 1 µs per buffer created and per
+/// buffer destroyed, in milliseconds.
+fn fixed_ms(r: &Replay) -> f64 {
+    (r.creates + r.destroys) * 1e-3
+}
+
+fn rms(rs: &[Replay], predict: impl Fn(&Replay) -> f64) -> f64 {
+    (rs.iter().map(|r| (predict(r) - r.ms).powi(2)).sum::<f64>() / rs.len() as f64).sqrt()
+}
+
+#[test]
+fn the_cost_model_is_the_fit_of_the_h200_replays() {
+    let mut fitted = replays("e582d2d-replays", &["vrampool", "pytorch"]);
+    fitted.extend(replays("cost-replays", &["vrampool", "pytorch", "before"]));
+    let held_out = replays("e582d2d-replays", &["before"]);
+    assert_eq!((fitted.len(), held_out.len()), (486, 162));
+    let y: Vec<f64> = fitted.iter().map(|r| r.ms - fixed_ms(r)).collect();
+
+    let with: Vec<Vec<f64>> = fitted
+        .iter()
+        .map(|r| vec![r.created_mib, r.released_mib, r.ops])
+        .collect();
+    let c = least_squares(&with, &y);
+    let (created_us, released_us, op_us) = (c[0] * 1e3, c[1] * 1e3, c[2] * 1e3);
+    let without: Vec<Vec<f64>> = fitted.iter().map(|r| vec![r.created_mib, r.ops]).collect();
+    let d = least_squares(&without, &y);
+    let predict =
+        |r: &Replay| fixed_ms(r) + c[0] * r.created_mib + c[1] * r.released_mib + c[2] * r.ops;
+    let predict_without = |r: &Replay| fixed_ms(r) + d[0] * r.created_mib + d[1] * r.ops;
+    let (fit, fit_without) = (rms(&fitted, predict), rms(&fitted, predict_without));
+    let (held, held_without) = (rms(&held_out, predict), rms(&held_out, predict_without));
+    println!(
+        "fit: {created_us:.2} us/MiB created, {released_us:.2} us/MiB released, {op_us:.3} us/op; \
+         without the release term {:.2} us/MiB created; rms error {fit:.1} ms (without {fit_without:.1}), \
+         on the held-out binary {held:.1} ms (without {held_without:.1})",
+        d[0] * 1e3
+    );
+
+    let model = DeviceCost::H200_VULKAN;
+    assert_eq!((model.per_create_us, model.per_destroy_us), (1.0, 1.0));
+    assert!(
+        (created_us - model.per_mib_created_us).abs() < 0.1,
+        "the fit says {created_us:.2} us per MiB created, the model {}",
+        model.per_mib_created_us
+    );
+    assert!(
+        (released_us - model.per_mib_released_us).abs() < 0.1,
+        "the fit says {released_us:.2} us per MiB released, the model {}",
+        model.per_mib_released_us
+    );
+    // Releasing is not free: leaving it out leaves most of the error.
+    assert!(released_us > 10.0, "{released_us}");
+    assert!(fit < 0.7 * fit_without, "{fit} vs {fit_without}");
+    assert!(held < 0.8 * held_without, "{held} vs {held_without}");
+}
