@@ -40,8 +40,9 @@ impl DeviceCost {
     /// parts, and a per-operation term for the engine's own time) to the wall
     /// time of 486 whole trace replays on the H200 (`data/h200/e582d2d-replays-*`
     /// and `cost-replays-*`; the test `the_cost_model_is_the_fit_of_the_h200_replays`
-    /// redoes the fit). `bench` times the two halves apart on single large
-    /// buffers: 24.8 and 21.1 µs per MiB at 256 MiB, 25.9 and 26.5 at 1 GiB.
+    /// redoes the fit). `bench` times the two halves apart on large buffers:
+    /// 24.8 and 21.1 µs per MiB at 256 MiB (four at once), 25.9 and 26.5 at
+    /// 1 GiB.
     pub const H200_VULKAN: DeviceCost = DeviceCost {
         per_create_us: 1.0,
         per_mib_created_us: 21.9,

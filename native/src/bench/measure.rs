@@ -208,7 +208,9 @@ pub fn threads(
 
 /// Rounds of `live` buffers of `desc` created, then destroyed and one `poll`,
 /// for about `budget` (at least 3, at most `rounds`): ns per buffer created,
-/// and per buffer destroyed.
+/// and per buffer destroyed. The poll does not wait, as the pool's release
+/// does not (`flush_releases`): a free the device defers past it would be
+/// timed in the next round's create.
 fn create_then_destroy(
     device: &wgpu::Device,
     desc: &wgpu::BufferDescriptor<'_>,
