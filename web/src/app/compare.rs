@@ -11,7 +11,7 @@ use leptos::task::spawn_local;
 use vrampool::{Trace, fmt_bytes};
 
 use super::chart::{Frame, axes, pointer_fraction, swatch};
-use super::page::{Page, now_s, rest_of_tick, sleep};
+use super::page::{Page, TICK, now_s, rest_of_tick, sleep};
 use super::peak::PeakPanel;
 use super::replay::fetch_bytes;
 use super::segments::{SegmentLegend, segment_bars};
@@ -164,7 +164,7 @@ async fn run_compare(page: Page, id: u64) {
         let began = now_s();
         let going = page.with_compare(|c| {
             c.id() == id
-                && match c.due(began, MAX_EVENTS_PER_TICK) {
+                && match c.due(began, TICK.as_secs_f64(), MAX_EVENTS_PER_TICK) {
                     Some(n) => c.advance(n),
                     None => false,
                 }

@@ -8,7 +8,7 @@ use leptos::prelude::*;
 use leptos::task::spawn_local;
 use vrampool::{Trace, fmt_bytes};
 
-use super::page::{Page, now_s, rest_of_tick, sleep};
+use super::page::{Page, TICK, now_s, rest_of_tick, sleep};
 use crate::model::{Model, ModelCell, Replay, ReplayResult, SAMPLES, advance_replay};
 
 /// Events replayed at most per tick, so a slow device falls behind instead of freezing.
@@ -69,7 +69,7 @@ async fn run_replay(page: Page, id: u64) {
     loop {
         let began = now_s();
         let Some(due) = page
-            .with_model(|m| m.replay_due(id, began, MAX_EVENTS_PER_TICK))
+            .with_model(|m| m.replay_due(id, began, TICK.as_secs_f64(), MAX_EVENTS_PER_TICK))
             .flatten()
         else {
             return;

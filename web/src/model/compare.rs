@@ -10,6 +10,7 @@ use vrampool::trace::smallest_budget;
 use vrampool::{Config, Error, Limit, Trace, replay};
 
 use super::lockstep::{LaneFigures, Lockstep, POLICIES, Policy, SimDevice, TENSOR_USAGE};
+use super::pace::Pace;
 use super::peak::PeakStack;
 use super::segments::SegmentView;
 
@@ -123,10 +124,8 @@ pub struct Compare {
     id: u64,
     device: SimDevice,
     run: Lockstep,
-    /// Operations per second.
-    speed: f64,
-    /// When it started (the page's clock, seconds); `None` until first paced.
-    started: Option<f64>,
+    /// When its events are due.
+    pace: Pace,
     /// Wall clock at the first paced step, and milliseconds to the end.
     wall: Option<web_time::Instant>,
     millis: Option<u64>,
@@ -154,8 +153,7 @@ impl Compare {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             device,
             run: Lockstep::new(trace, device)?,
-            speed: speed.max(1.0),
-            started: None,
+            pace: Pace::new(speed),
             wall: None,
             millis: None,
             series: Series::default(),
@@ -207,20 +205,15 @@ impl Compare {
         &self.peak
     }
 
-    /// How many events are due at time `t` to keep to the speed (at least
-    /// one, at most `cap`); `None` once the replay is over.
-    pub fn due(&mut self, t: f64, cap: usize) -> Option<usize> {
+    /// How many events to take in the tick that begins at `t` and lasts
+    /// `tick` seconds, to keep to the speed (see [`Pace::due`]); `None` once
+    /// the replay is over.
+    pub fn due(&mut self, t: f64, tick: f64, cap: usize) -> Option<usize> {
         if self.result.is_some() {
             return None;
         }
-        let start = *self.started.get_or_insert(t);
         self.wall.get_or_insert_with(web_time::Instant::now);
-        let target = ((t - start) * self.speed).ceil() as usize + 1;
-        Some(
-            target
-                .saturating_sub(self.run.position())
-                .clamp(1, cap.max(1)),
-        )
+        Some(self.pace.due(t, tick, self.run.position(), cap))
     }
 
     /// Takes up to `n` events in both lanes; after the last, ends the replay.
@@ -362,10 +355,11 @@ mod tests {
     fn paced_compare_ends_with_the_lockstep_figures() {
         let trace = sample("resnet_train");
         let mut c = Compare::new(trace.clone(), SimDevice::PAGE, 10_000.0).unwrap();
-        assert_eq!(c.due(0.0, 5000), Some(1));
-        assert_eq!(c.due(0.05, 5000), Some(501));
-        let mut t = 0.0;
-        while let Some(n) = c.due(t, 5000) {
+        assert_eq!(c.due(0.0, 0.05, 5000), Some(500));
+        c.advance(500);
+        assert_eq!(c.due(0.05, 0.05, 5000), Some(500));
+        let mut t = 0.05;
+        while let Some(n) = c.due(t, 0.05, 5000) {
             c.advance(n);
             t += 0.05;
         }

@@ -10,6 +10,7 @@ pub mod axes;
 mod backing;
 mod compare;
 mod lockstep;
+mod pace;
 mod peak;
 mod recording;
 mod replay;
@@ -31,6 +32,7 @@ pub use compare::{
     Compare, MAX_SERIES, Moment, Series, SeriesPoint, smallest_budget_of, smallest_budgets,
 };
 pub use lockstep::{LaneFigures, Lockstep, POLICIES, Policy, SimDevice, TENSOR_USAGE};
+pub use pace::Pace;
 pub use peak::{BANDS, Band, BandKind, COLUMNS, PeakStack, SIZE_CLASSES, size_class};
 pub use recording::{MAX_RECORDED, Recording};
 pub use replay::{Replay, ReplayResult, SAMPLES, TwinResult, advance_replay};

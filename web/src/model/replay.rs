@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use vrampool::trace::{Replayer, Step};
 use vrampool::{Config, Counters, Error, Growth, Trace, fmt_bytes, replay};
 
-use super::{Backing, Block, Model, ModelCell, SIM_CAPACITY, SimDevice, TENSOR_USAGE, Usage};
+use super::{Backing, Block, Model, ModelCell, Pace, SIM_CAPACITY, SimDevice, TENSOR_USAGE, Usage};
 
 /// The built-in sample traces: the shared PyTorch traces with every size ÷ 64,
 /// written by `cargo xtask samples` into `web/samples/` and served beside the
@@ -24,10 +24,8 @@ pub struct Replay {
     id: u64,
     /// Core's replay driver: the trace, where it is, pointer → block.
     replayer: Replayer<'static, Block>,
-    /// Operations per second.
-    speed: f64,
-    /// When it started (the page's clock, seconds); `None` until first paced.
-    started: Option<f64>,
+    /// When its events are due.
+    pace: Pace,
     /// Counters when it started (the report is the difference).
     start: Counters,
     /// Wall clock at the start.
@@ -130,8 +128,7 @@ impl Model {
         self.replay = Some(Replay {
             id,
             replayer: Replayer::owned(trace),
-            speed,
-            started: None,
+            pace: Pace::new(speed),
             start: self.stats().counters,
             wall: web_time::Instant::now(),
         });
@@ -139,14 +136,12 @@ impl Model {
         Ok(id)
     }
 
-    /// How many events of replay `id` are due at time `t` to keep to its speed
-    /// (at most `cap` at once, so a slow device falls behind instead of
-    /// freezing); `None` once that replay is over.
-    pub fn replay_due(&mut self, id: u64, t: f64, cap: usize) -> Option<usize> {
+    /// How many events of replay `id` to take in the tick that begins at
+    /// `t` and lasts `tick` seconds (see [`Pace::due`]); `None` once that
+    /// replay is over.
+    pub fn replay_due(&mut self, id: u64, t: f64, tick: f64, cap: usize) -> Option<usize> {
         let r = self.replay.as_mut().filter(|r| r.id == id)?;
-        let start = *r.started.get_or_insert(t);
-        let target = ((t - start) * r.speed).ceil() as usize + 1;
-        Some(target.saturating_sub(r.replayer.position()).clamp(1, cap))
+        Some(r.pace.due(t, tick, r.replayer.position(), cap))
     }
 
     /// Ends the replay: frees what is still live and records the result.
