@@ -14,7 +14,7 @@
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
-use vrampool::trace::smallest_budget;
+use vrampool::trace::{RowFigures, Targets, smallest_budget};
 use vrampool::{Config, Engine, Limit, SimulatedDevice, Trace, replay};
 
 /// The H200's max_buffer_size (the largest trace allocation is 3.1 GiB) and memory.
@@ -168,31 +168,24 @@ fn rows() -> &'static [Row] {
     ROWS.get_or_init(measure)
 }
 
-const MIB: f64 = (1u64 << 20) as f64;
-
 /// The standing targets a row of the default policy misses, against the
-/// PyTorch preset's row of the same trace and scale: `R` peak reserved above
-/// 1.10 × peak live + 2 MiB or above PyTorch's; `M` smallest budget above
-/// 1.03 × peak live + 1 MiB or above PyTorch's (budgets are found on a 0.001
-/// grid, rounded up, so the bound allows one step); at full size, `A` more
-/// device allocations and `B` more bytes of segments created than PyTorch.
+/// PyTorch preset's row of the same trace and scale ([`Targets`]): `R` peak
+/// reserved above 1.10 × peak live + 2 MiB or above PyTorch's; `M` smallest
+/// budget above 1.03 × peak live + 1 MiB or above PyTorch's; at full size,
+/// `A` more device allocations and `B` more bytes of segments created.
 fn missed(v: &Row, p: &Row) -> String {
-    let live = v.peak_live as f64;
-    let budget = |r: &Row| r.min_budget.unwrap_or(f64::INFINITY);
-    let mut out = String::new();
-    if v.peak_reserved as f64 > 1.10 * live + 2.0 * MIB || v.peak_reserved > p.peak_reserved {
-        out.push('R');
-    }
-    if budget(v) * live > (1.03 + 0.001) * live + MIB || budget(v) > budget(p) {
-        out.push('M');
-    }
-    if v.scale == 1 && v.device_allocs > p.device_allocs {
-        out.push('A');
-    }
-    if v.scale == 1 && v.bytes_created > p.bytes_created {
-        out.push('B');
-    }
-    out
+    let figures = |r: &Row| RowFigures {
+        peak_live: r.peak_live,
+        peak_reserved: r.peak_reserved,
+        device_allocs: r.device_allocs,
+        bytes_created: r.bytes_created,
+        min_budget: r.min_budget,
+    };
+    let targets = Targets {
+        full_size: v.scale == 1,
+        budgets: true,
+    };
+    targets.missed(&figures(v), &figures(p)).to_string()
 }
 
 /// Where the default policy misses the standing targets today, row by row

@@ -4,12 +4,15 @@
 //! - `format.rs` — reading (plain or gzip, streamed, validated: [`Trace`]);
 //! - `record.rs` — writing ([`Recorder`], what `Engine::start_recording` keeps);
 //! - `replay.rs` — the one replay loop ([`Replayer`]) and [`replay`] over an engine;
-//! - `cost.rs` — what a replay's device churn would cost ([`DeviceCost`]).
+//! - `cost.rs` — what a replay's device churn would cost ([`DeviceCost`]);
+//! - `targets.rs` — the standing targets a replay is held to against a
+//!   baseline's ([`Targets`]).
 
 mod cost;
 mod format;
 mod record;
 mod replay;
+mod targets;
 
 pub use cost::DeviceCost;
 pub use format::{Action, HEADER, MAX_LINE, Trace, TraceError, TraceEvent};
@@ -17,3 +20,4 @@ pub use record::Recorder;
 pub use replay::{
     EngineTarget, ReplayCounts, ReplayReport, ReplayTarget, Replayer, Step, replay, smallest_budget,
 };
+pub use targets::{Missed, RowFigures, Targets};
