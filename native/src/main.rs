@@ -12,10 +12,12 @@ macro_rules! outln {
 }
 
 mod bench;
+mod corpus;
 mod device;
 mod info;
 mod policy;
 mod replay;
+mod settings;
 mod target;
 mod timeline;
 mod workload;
@@ -29,6 +31,7 @@ use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::bench::BenchArgs;
+use crate::corpus::CorpusArgs;
 use crate::replay::ReplayArgs;
 use crate::workload::WorkloadArgs;
 
@@ -89,6 +92,16 @@ enum Command {
     /// the simulated device, and print peak live, peak reserved, their ratio,
     /// device allocations and frees, cache hit rate, OOMs and time per operation.
     Replay(ReplayArgs),
+    /// Hold a policy to the standing targets over a corpus of traces: every
+    /// trace at each scale (and, with --resize, every tensor resized), replayed
+    /// on the simulated device by the vrampool policy (with any --set changes)
+    /// and by the PyTorch preset. Prints the rows that miss a target — R: peak
+    /// reserved above 1.10 × peak live + 2 MiB or above PyTorch's; M (with
+    /// --min-budget): smallest budget above 1.03 × peak live + 1 MiB or above
+    /// PyTorch's; at full size, A / B: more device allocations / bytes of
+    /// segments created than PyTorch — the counts, and the device time the
+    /// churn would cost on the H200.
+    Corpus(CorpusArgs),
     /// Pool hit against raw create_buffer + destroy, 256 B to 256 MiB, and the
     /// engine's own cost per operation.
     Bench(BenchArgs),
@@ -146,6 +159,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
     match &cli.command {
         Command::Info => info::command(c),
         Command::Replay(a) => replay::command(a, c),
+        Command::Corpus(a) => corpus::command(a, c),
         Command::Bench(a) => bench::command(a, c),
         Command::Workload(a) => workload::command(a, c),
     }

@@ -117,6 +117,106 @@ fn a_ceiling_replays_as_no_limit_where_a_budget_churns() {
 }
 
 #[test]
+fn corpus_gives_the_figures_tables_rows_and_what_they_miss() {
+    // Two small traces at full size and ÷64 with their smallest budgets: the
+    // figures equal data/figures.json's rows (tests/tests/figures.rs), and a
+    // row misses R where peak reserved passes 1.10 × peak live + 2 MiB or
+    // PyTorch's.
+    let v = json(
+        vrampool()
+            .args(["corpus", "--scales", "1,64", "--min-budget"])
+            .arg(trace("small_loop"))
+            .arg(trace("small_mlp")),
+    );
+    let table: Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../data/figures.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 4);
+    let mib = (1u64 << 20) as f64;
+    let mut missing_r = 0;
+    for r in rows {
+        for policy in ["vrampool", "pytorch"] {
+            let want = table["rows"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|w| {
+                    w["trace"] == r["trace"] && w["scale"] == r["scale"] && w["policy"] == policy
+                })
+                .unwrap_or_else(|| panic!("{} ÷{} in figures.json", r["trace"], r["scale"]));
+            let got = &r[policy];
+            for k in [
+                "peak_live",
+                "peak_reserved",
+                "device_allocs",
+                "bytes_created",
+            ] {
+                assert_eq!(
+                    got[k], want[k],
+                    "{} ÷{} {policy} {k}",
+                    r["trace"], r["scale"]
+                );
+            }
+            assert!((f(&got["min_budget"]) - f(&want["min_budget"])).abs() < 1e-9);
+        }
+        let (ours, pt) = (&r["vrampool"], &r["pytorch"]);
+        let r_missed = f(&ours["peak_reserved"]) > 1.10 * f(&ours["peak_live"]) + 2.0 * mib
+            || f(&ours["peak_reserved"]) > f(&pt["peak_reserved"]);
+        assert_eq!(r["missed"]["reserved"], r_missed, "{r}");
+        assert_eq!(
+            r["missed_letters"].as_str().unwrap().contains('R'),
+            r_missed
+        );
+        missing_r += r_missed as u64;
+    }
+    assert_eq!(v["summary"]["rows"], 4);
+    assert_eq!(v["summary"]["missing_reserved"], missing_r);
+}
+
+#[test]
+fn set_changes_the_vrampool_policy_in_corpus_and_replay_alike() {
+    // No soft headroom: small_loop reserves more, and corpus and replay agree.
+    let t = trace("small_loop");
+    let corpus = |extra: &[&str]| {
+        let v = json(
+            vrampool()
+                .args(["corpus", "--scales", "1", "--resize", "1,1.1"])
+                .args(extra)
+                .arg(&t),
+        );
+        v["rows"].as_array().unwrap().clone()
+    };
+    let default = corpus(&[]);
+    let cached = corpus(&["--set", "headroom=null"]);
+    assert_eq!(default.len(), 2);
+    assert!(
+        f(&default[1]["vrampool"]["peak_live"]) >= 1.1 * f(&default[0]["vrampool"]["peak_live"])
+    );
+    let reserved = |r: &Value| f(&r["vrampool"]["peak_reserved"]);
+    assert!(
+        reserved(&cached[0]) > reserved(&default[0]),
+        "{} vs {}",
+        reserved(&cached[0]),
+        reserved(&default[0])
+    );
+    assert_eq!(cached[0]["pytorch"], default[0]["pytorch"]);
+    let replayed = json(
+        vrampool()
+            .args(["replay", "--simulate", "--set", "headroom=null"])
+            .arg(&t),
+    );
+    assert_eq!(
+        f(&replayed[0]["report"]["peak_reserved"]),
+        reserved(&cached[0])
+    );
+}
+
+#[test]
 fn replay_on_the_gpu_matches_wgpus_allocator_report() {
     let dir = tempfile::tempdir().unwrap();
     let svg = dir.path().join("t.svg");
@@ -424,6 +524,56 @@ fn bad_requests_are_refused() {
         &["replay", "--simulate", "--max-buffer-size", "1024", &t],
         &[],
         "allows at most 1.00 KiB per buffer (max_buffer_size); pass --scale 4",
+    );
+    refuses(
+        &["replay", "--simulate", "--set", "headrom=0.1", &t],
+        &[],
+        "the configuration has no field `headrom`; its fields are",
+    );
+    refuses(
+        &[
+            "replay",
+            "--simulate",
+            "--policy",
+            "pytorch",
+            "--set",
+            "headroom=0.1",
+            &t,
+        ],
+        &[],
+        "--set changes the vrampool policy's configuration; pytorch has none",
+    );
+    refuses(
+        &["corpus", "--set", "without_limit.large_fit=2", &t],
+        &[],
+        "without_limit.large_fit must be a fraction in 0..=1, got 2",
+    );
+    refuses(
+        &["corpus", "--scales", "0", &t],
+        &[],
+        "--scales 0: a divisor must be at least 1",
+    );
+    refuses(
+        &["corpus", "--resize", "0", &t],
+        &[],
+        "--resize 0: a factor must be a positive number",
+    );
+    refuses(
+        &["corpus", "no/such/folder"],
+        &[],
+        "no/such/folder: no such file or folder",
+    );
+    refuses(
+        &[
+            "corpus",
+            d.path().to_str().unwrap(),
+            "--scales",
+            "1",
+            "--max-buffer-size",
+            "1024",
+        ],
+        &[],
+        "one allocation is 4.00 KiB but the device allows at most 1.00 KiB per buffer",
     );
     refuses(
         &["replay", "--simulate", "--budget", "4000", &t],

@@ -8,7 +8,7 @@ use anyhow::{Result, anyhow};
 use indicatif::ProgressBar;
 use serde::Serialize;
 use vrampool::trace::{Replayer, Step, smallest_budget};
-use vrampool::{Backend, Config, LimitKind, ReplayReport, Trace};
+use vrampool::{Backend, Config, ReplayReport, Trace};
 
 use crate::policy::{EnginePolicy, Figures, NoCache, Policy, PolicyKind, Requests, SizeClass};
 
@@ -59,8 +59,8 @@ pub struct Job<'t> {
     pub trace: &'t Trace,
     /// The hard limit, in bytes.
     pub limit: Option<u64>,
-    /// Whether the vrampool policy takes the limit as a budget or a ceiling.
-    pub limit_kind: LimitKind,
+    /// The vrampool policy's configuration (its limit is `limit`).
+    pub config: &'t Config,
     /// How the replay asks for its blocks.
     pub requests: Requests,
 }
@@ -76,22 +76,14 @@ pub fn run_policy<B: Backend>(
         kind,
         trace,
         limit,
-        limit_kind,
+        config,
         requests,
     } = job;
     let b = make()?;
     let usage = requests.usage;
     match kind {
         PolicyKind::Vrampool => drive(
-            &mut EnginePolicy::new(
-                b,
-                Config {
-                    limit_kind,
-                    ..Config::default()
-                },
-                limit,
-                requests,
-            )?,
+            &mut EnginePolicy::new(b, config.clone(), limit, requests)?,
             trace,
             bar,
             probe,

@@ -13,9 +13,10 @@ use clap::{Args, ValueEnum};
 use indicatif::ProgressBar;
 use serde_json::json;
 use vrampool::trace::DeviceCost;
-use vrampool::{Backend, LimitKind, SimulatedDevice, Trace, WgpuBackend, fmt_bytes};
+use vrampool::{Backend, Config, LimitKind, SimulatedDevice, Trace, WgpuBackend, fmt_bytes};
 
 use crate::policy::{AccessMode, PolicyKind, Requests};
+use crate::settings::configured;
 use crate::target::{Target, nvidia_smi_used};
 use crate::{Common, bar, timeline};
 
@@ -70,6 +71,11 @@ pub struct ReplayArgs {
     /// after empty_cache.
     #[arg(long)]
     nvidia_smi: bool,
+    /// Change a field of the vrampool policy's configuration (vrampool::Config)
+    /// from the default, e.g. `--set headroom=0.1` or
+    /// `--set without_limit.medium_segment_fraction=0.015625`; repeatable.
+    #[arg(long = "set", value_name = "FIELD=VALUE")]
+    set: Vec<String>,
 }
 
 enum Budget {
@@ -127,6 +133,12 @@ pub fn command(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
             a.policy.name()
         );
     }
+    if !a.set.is_empty() && !a.compare && a.policy != PolicyKind::Vrampool {
+        bail!(
+            "--set changes the vrampool policy's configuration; {} has none",
+            a.policy.name()
+        );
+    }
     let budget = a.budget.as_deref().map(parse_budget).transpose()?;
     let mut traces = Vec::new();
     for path in &a.traces {
@@ -180,6 +192,13 @@ pub fn command(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
     } else {
         LimitKind::Budget
     };
+    let config = configured(
+        Config {
+            limit_kind,
+            ..Config::default()
+        },
+        &a.set,
+    )?;
     let mut rows = Vec::new();
     let mut any_oom = false;
     for t in &traces {
@@ -193,7 +212,7 @@ pub fn command(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
                 kind,
                 trace: t,
                 limit,
-                limit_kind,
+                config: &config,
                 requests,
             };
             let mut view = DriverView::default();

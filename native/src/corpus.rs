@@ -1,0 +1,387 @@
+//! `corpus`: the standing targets over a corpus of traces. Every trace at
+//! each scale — and, to see past the luck of one corpus, with every tensor
+//! resized — replayed on the simulated device by the vrampool policy (with
+//! any `--set` changes) and by the PyTorch preset: which rows miss which
+//! target (core's `trace::Targets`), the counts, and the device time the
+//! churn would cost on the H200 (core's `DeviceCost`). What BENCHMARKS.md's
+//! policy sweeps were measured with.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use serde::Serialize;
+use vrampool::trace::{DeviceCost, Missed, RowFigures, Targets, smallest_budget};
+use vrampool::{Config, Engine, Limit, SimulatedDevice, Trace, fmt_bytes, replay};
+
+use crate::settings::configured;
+use crate::{Common, bar};
+
+#[derive(Args)]
+pub struct CorpusArgs {
+    /// Trace files, or folders whose `*.csv` and `*.csv.gz` files are read.
+    /// Default: data/traces and data/traces/heldout.
+    paths: Vec<PathBuf>,
+    /// Replay every trace with every size divided by each of these.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "1,16,64",
+        value_name = "N,.."
+    )]
+    scales: Vec<u64>,
+    /// Replay every trace (at each scale) with every tensor resized by each
+    /// of these factors too (1: as recorded), e.g. `--resize 1,0.75,0.9,1.1,1.25`:
+    /// a policy tuned to one set of sizes shows it here.
+    #[arg(long, value_delimiter = ',', default_value = "1", value_name = "F,..")]
+    resize: Vec<f64>,
+    /// Change a field of the vrampool policy's configuration from the
+    /// default, as `replay --set` does; repeatable.
+    #[arg(long = "set", value_name = "FIELD=VALUE")]
+    set: Vec<String>,
+    /// Also find each row's smallest budget with no OOM (the M target): about
+    /// twenty replays a row more.
+    #[arg(long)]
+    min_budget: bool,
+    /// Print every row, not only those that miss a target.
+    #[arg(long)]
+    all: bool,
+    /// Simulated device memory in bytes (default: an H200's 141 GiB).
+    #[arg(long, default_value_t = 141 << 30)]
+    capacity: u64,
+    /// Simulated max_buffer_size in bytes (default: the H200's 4 GiB).
+    #[arg(long, default_value_t = 4 << 30)]
+    max_buffer_size: u64,
+}
+
+/// One trace at one scale and resize factor, through both policies.
+#[derive(Serialize)]
+struct Row {
+    trace: String,
+    scale: u64,
+    resize: f64,
+    vrampool: Figures,
+    pytorch: Figures,
+    missed: Missed,
+    /// The missed targets' letters (`RMAB`), empty when none.
+    missed_letters: String,
+}
+
+/// One policy's figures on a row.
+#[derive(Serialize)]
+struct Figures {
+    #[serde(flatten)]
+    row: RowFigures,
+    /// Peak reserved ÷ peak live.
+    ratio: f64,
+    /// What the segments created and released would cost on the H200, ms.
+    device_ms: f64,
+    /// Device allocations at the smallest budget.
+    device_allocs_at_min: Option<u64>,
+}
+
+/// The counts over all rows.
+#[derive(Serialize)]
+struct Summary {
+    rows: usize,
+    missing_reserved: usize,
+    missing_budget: Option<usize>,
+    missing_allocations: usize,
+    missing_bytes: usize,
+    /// Rows missing the reserved target, per resize factor (in `--resize` order).
+    missing_reserved_by_resize: Vec<usize>,
+    mean_ratio: f64,
+    pytorch_mean_ratio: f64,
+    /// Estimated H200 device time of the full-size rows, ms.
+    device_ms_full_size: f64,
+    pytorch_device_ms_full_size: f64,
+}
+
+/// The trace files of `paths` (folders expanded), sorted within each folder.
+fn trace_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
+    let defaults = [
+        PathBuf::from("data/traces"),
+        PathBuf::from("data/traces/heldout"),
+    ];
+    let paths: &[PathBuf] = if paths.is_empty() { &defaults } else { paths };
+    let mut files = Vec::new();
+    for p in paths {
+        if p.is_dir() {
+            let mut inside: Vec<PathBuf> = std::fs::read_dir(p)
+                .with_context(|| format!("reading the folder {}", p.display()))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|f| {
+                    let name = f.to_string_lossy();
+                    f.is_file() && (name.ends_with(".csv") || name.ends_with(".csv.gz"))
+                })
+                .collect();
+            inside.sort();
+            files.extend(inside);
+        } else if p.exists() {
+            files.push(p.clone());
+        } else {
+            bail!(
+                "{}: no such file or folder (with no paths, corpus reads data/traces and \
+                 data/traces/heldout of the current folder)",
+                p.display()
+            );
+        }
+    }
+    if files.is_empty() {
+        bail!("no trace files (*.csv, *.csv.gz) in {}", show(paths));
+    }
+    Ok(files)
+}
+
+fn show(paths: &[PathBuf]) -> String {
+    paths
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// One policy's replay of `t` on a fresh simulated device.
+fn figures(t: &Trace, config: &Config, a: &CorpusArgs) -> Result<Figures> {
+    let run = |limit: Option<u64>| -> Result<vrampool::ReplayReport> {
+        let config = Config {
+            limit: limit.map(Limit::Bytes),
+            ..config.clone()
+        };
+        let device = SimulatedDevice::with_max_buffer_size(a.capacity, a.max_buffer_size);
+        let mut engine = Engine::new(device, config)?;
+        Ok(replay(&mut engine, t, 0))
+    };
+    let r = run(None)?;
+    let min = if a.min_budget {
+        smallest_budget(t.peak_live, |limit| {
+            let r = run(Some(limit))?;
+            Ok::<_, anyhow::Error>((r.ooms == 0, r.device_allocs))
+        })?
+    } else {
+        None
+    };
+    Ok(Figures {
+        row: RowFigures {
+            peak_live: t.peak_live,
+            peak_reserved: r.peak_reserved,
+            device_allocs: r.device_allocs,
+            bytes_created: r.segment_bytes_created,
+            min_budget: min.map(|m| m.0),
+        },
+        ratio: r.reserved_ratio,
+        device_ms: DeviceCost::H200_VULKAN.of_replay(&r),
+        device_allocs_at_min: min.map(|m| m.1),
+    })
+}
+
+/// Runs `vrampool corpus`.
+pub fn command(a: &CorpusArgs, c: &Common) -> Result<ExitCode> {
+    if c.adapter.is_some() {
+        bail!("corpus replays on the simulated device only; --adapter has no GPU to pick");
+    }
+    if let Some(s) = a.scales.iter().find(|&&s| s == 0) {
+        bail!("--scales {s}: a divisor must be at least 1");
+    }
+    if let Some(f) = a.resize.iter().find(|f| !(f.is_finite() && **f > 0.0)) {
+        bail!("--resize {f}: a factor must be a positive number, like 0.9 or 1.1");
+    }
+    let ours = configured(Config::default(), &a.set)?;
+    let pytorch = Config::pytorch();
+    let files = trace_files(&a.paths)?;
+    let mut traces = Vec::new();
+    for f in &files {
+        traces.push(Trace::open(f).with_context(|| format!("reading {}", f.display()))?);
+    }
+    // Every (trace, scale, resize), in that order.
+    let mut jobs = Vec::new();
+    for t in &traces {
+        for &scale in &a.scales {
+            for &resize in &a.resize {
+                jobs.push((t, scale, resize));
+            }
+        }
+    }
+    for &(t, scale, resize) in &jobs {
+        let largest = ((t.largest / scale).max(1) as f64 * resize).ceil() as u64;
+        if largest > a.max_buffer_size {
+            bail!(
+                "{} ÷{scale} ×{resize}: one allocation is {} but the device allows at most {} per \
+                 buffer; give a larger --max-buffer-size or a larger scale",
+                t.name,
+                fmt_bytes(largest),
+                fmt_bytes(a.max_buffer_size)
+            );
+        }
+    }
+    let pb = bar(jobs.len() as u64, c);
+    let next = AtomicUsize::new(0);
+    let done: Mutex<Vec<Option<Result<Row>>>> = Mutex::new((0..jobs.len()).map(|_| None).collect());
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+    std::thread::scope(|s| {
+        for _ in 0..workers.min(jobs.len()) {
+            s.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(&(full, scale, resize)) = jobs.get(i) else {
+                        break;
+                    };
+                    let row = (|| -> Result<Row> {
+                        let mut t = if scale > 1 {
+                            full.scaled(scale)
+                        } else {
+                            full.clone()
+                        };
+                        if resize != 1.0 {
+                            t = t.resized(resize);
+                        }
+                        let v = figures(&t, &ours, a)?;
+                        let p = figures(&t, &pytorch, a)?;
+                        let targets = Targets {
+                            full_size: scale == 1,
+                            budgets: a.min_budget,
+                        };
+                        let missed = targets.missed(&v.row, &p.row);
+                        Ok(Row {
+                            trace: full.name.clone(),
+                            scale,
+                            resize,
+                            vrampool: v,
+                            pytorch: p,
+                            missed,
+                            missed_letters: missed.to_string(),
+                        })
+                    })();
+                    done.lock().unwrap()[i] = Some(row);
+                    pb.inc(1);
+                }
+            });
+        }
+    });
+    pb.finish_and_clear();
+    let rows: Vec<Row> = done
+        .into_inner()
+        .unwrap()
+        .into_iter()
+        .map(|r| r.expect("every job ran"))
+        .collect::<Result<_>>()?;
+    let summary = summarize(&rows, a);
+    if c.json {
+        outln!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "set": a.set,
+                "rows": rows,
+                "summary": summary,
+            }))?
+        );
+    } else {
+        print_table(&rows, &summary, a)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn summarize(rows: &[Row], a: &CorpusArgs) -> Summary {
+    let count = |f: fn(&Missed) -> bool| rows.iter().filter(|r| f(&r.missed)).count();
+    let n = rows.len().max(1) as f64;
+    let full: Vec<&Row> = rows.iter().filter(|r| r.scale == 1).collect();
+    Summary {
+        rows: rows.len(),
+        missing_reserved: count(|m| m.reserved),
+        missing_budget: a.min_budget.then(|| count(|m| m.budget)),
+        missing_allocations: count(|m| m.allocations),
+        missing_bytes: count(|m| m.bytes),
+        missing_reserved_by_resize: a
+            .resize
+            .iter()
+            .map(|&f| {
+                rows.iter()
+                    .filter(|r| r.resize == f && r.missed.reserved)
+                    .count()
+            })
+            .collect(),
+        mean_ratio: rows.iter().map(|r| r.vrampool.ratio).sum::<f64>() / n,
+        pytorch_mean_ratio: rows.iter().map(|r| r.pytorch.ratio).sum::<f64>() / n,
+        device_ms_full_size: full.iter().map(|r| r.vrampool.device_ms).sum(),
+        pytorch_device_ms_full_size: full.iter().map(|r| r.pytorch.device_ms).sum(),
+    }
+}
+
+fn print_table(rows: &[Row], s: &Summary, a: &CorpusArgs) -> Result<()> {
+    let budget = |f: &Figures| match (a.min_budget, f.row.min_budget) {
+        (false, _) => String::new(),
+        (true, Some(m)) => format!(" {m:>6.3}"),
+        (true, None) => "   > 4x".to_string(),
+    };
+    outln!(
+        "{:<18} {:>5} {:>6} {:>10} {:>15} {:>11} {:>21} {:>19}{} missed",
+        "trace",
+        "scale",
+        "resize",
+        "peak live",
+        "ratio / pytorch",
+        "allocs / pt",
+        "created / pt",
+        "device ms / pt",
+        if a.min_budget {
+            "  min budget / pt"
+        } else {
+            ""
+        }
+    );
+    for r in rows.iter().filter(|r| a.all || r.missed.any()) {
+        let (v, p) = (&r.vrampool, &r.pytorch);
+        outln!(
+            "{:<18} {:>5} {:>6} {:>10} {:>7.3} {:>7.3} {:>5} {:>5} {:>10} {:>10} {:>9.2} {:>9.2}{}{} {}",
+            r.trace,
+            format!("÷{}", r.scale),
+            format!("×{}", r.resize),
+            fmt_bytes(v.row.peak_live),
+            v.ratio,
+            p.ratio,
+            v.row.device_allocs,
+            p.row.device_allocs,
+            fmt_bytes(v.row.bytes_created),
+            fmt_bytes(p.row.bytes_created),
+            v.device_ms,
+            p.device_ms,
+            budget(v),
+            budget(p),
+            if r.missed.any() {
+                r.missed_letters.as_str()
+            } else {
+                "—"
+            }
+        );
+    }
+    let m = s
+        .missing_budget
+        .map_or(String::new(), |m| format!(", M {m}"));
+    let by_resize = if a.resize.len() > 1 {
+        let parts: Vec<String> = a
+            .resize
+            .iter()
+            .zip(&s.missing_reserved_by_resize)
+            .map(|(f, n)| format!("×{f} {n}"))
+            .collect();
+        format!(" (R by resize: {})", parts.join(", "))
+    } else {
+        String::new()
+    };
+    outln!(
+        "{} rows miss R {}{m}, A {}, B {}{by_resize}; mean ratio {:.4} (pytorch {:.4}); \
+         estimated H200 device time at full size {:.0} ms (pytorch {:.0} ms)",
+        s.rows,
+        s.missing_reserved,
+        s.missing_allocations,
+        s.missing_bytes,
+        s.mean_ratio,
+        s.pytorch_mean_ratio,
+        s.device_ms_full_size,
+        s.pytorch_device_ms_full_size
+    );
+    Ok(())
+}

@@ -1,0 +1,105 @@
+//! `--set FIELD=VALUE`: the vrampool policy's [`Config`] with some fields
+//! changed from the default, so a knob can be tried on a trace without
+//! writing Rust. A field is a path into the configuration as serde writes it
+//! (`headroom`, `without_limit.medium_segment_fraction`); a value is JSON
+//! (`0.1`, `null`, `true`), or a bare word taken as a string
+//! (`release_order=LeastRecentlyUsed`).
+
+use anyhow::{Context, Result, bail};
+use serde_json::Value;
+use vrampool::Config;
+
+/// `base` with every `FIELD=VALUE` of `sets` applied in order, validated.
+pub fn configured(base: Config, sets: &[String]) -> Result<Config> {
+    if sets.is_empty() {
+        return Ok(base);
+    }
+    let mut tree = serde_json::to_value(&base).context("serializing the configuration")?;
+    for set in sets {
+        let (path, raw) = set
+            .split_once('=')
+            .with_context(|| format!("--set {set}: expected FIELD=VALUE, e.g. headroom=0.1"))?;
+        let value: Value =
+            serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_string()));
+        let mut node = &mut tree;
+        let mut walked = Vec::new();
+        for key in path.split('.') {
+            let fields = match node {
+                Value::Object(map) => map,
+                _ => bail!(
+                    "--set {set}: `{}` is a value, not a group of fields",
+                    walked.join(".")
+                ),
+            };
+            if !fields.contains_key(key) {
+                let known: Vec<&str> = fields.keys().map(String::as_str).collect();
+                let at = if walked.is_empty() {
+                    "the configuration".to_string()
+                } else {
+                    format!("`{}`", walked.join("."))
+                };
+                bail!(
+                    "--set {set}: {at} has no field `{key}`; its fields are {}",
+                    known.join(", ")
+                );
+            }
+            walked.push(key);
+            node = fields.get_mut(key).expect("checked above");
+        }
+        *node = value;
+    }
+    let config: Config = serde_json::from_value(tree)
+        .with_context(|| format!("--set {}: a value has the wrong type", sets.join(" ")))?;
+    if let Err(why) = config.validate() {
+        bail!("--set {}: {why}", sets.join(" "));
+    }
+    Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(sets: &[&str]) -> Result<Config> {
+        let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+        configured(Config::default(), &sets)
+    }
+
+    #[test]
+    fn fields_change_and_the_rest_stay_default() {
+        let c = set(&[
+            "headroom=0.1",
+            "without_limit.medium_segment_fraction=0.015625",
+            "release_order=LeastRecentlyUsed",
+        ])
+        .unwrap();
+        assert_eq!(c.headroom, Some(0.1));
+        assert_eq!(c.without_limit.medium_segment_fraction, 0.015625);
+        assert_eq!(c.release_order, vrampool::ReleaseOrder::LeastRecentlyUsed);
+        assert_eq!(c.under_limit, Config::default().under_limit);
+        assert_eq!(set(&["headroom=null"]).unwrap().headroom, None);
+        assert_eq!(set(&[]).unwrap(), Config::default());
+    }
+
+    #[test]
+    fn a_wrong_field_or_value_says_what_is_wrong() {
+        let e = set(&["headrom=0.1"]).unwrap_err().to_string();
+        assert!(
+            e.contains("no field `headrom`") && e.contains("headroom"),
+            "{e}"
+        );
+        let e = set(&["without_limit.large=1"]).unwrap_err().to_string();
+        assert!(e.contains("`without_limit` has no field `large`"), "{e}");
+        let e = set(&["headroom.x=1"]).unwrap_err().to_string();
+        assert!(e.contains("`headroom` is a value"), "{e}");
+        let e = set(&["headroom=lots"]).unwrap_err().to_string();
+        assert!(e.contains("wrong type"), "{e}");
+        let e = set(&["churn_limit=-1"]).unwrap_err().to_string();
+        assert!(
+            e.contains("churn_limit must be finite and not negative"),
+            "{e}"
+        );
+        let e = set(&["headroom"]).unwrap_err().to_string();
+        assert!(e.contains("expected FIELD=VALUE"), "{e}");
+    }
+}
