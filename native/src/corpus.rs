@@ -9,7 +9,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
@@ -65,9 +65,34 @@ struct Row {
     resize: f64,
     vrampool: Figures,
     pytorch: Figures,
-    missed: Missed,
+    missed: MissedTargets,
     /// The missed targets' letters (`RMAB`), empty when none.
     missed_letters: String,
+}
+
+/// [`Missed`] as the JSON says it: the budget target `null` where the
+/// smallest budgets were not looked for.
+#[derive(Serialize)]
+struct MissedTargets {
+    reserved: bool,
+    budget: Option<bool>,
+    allocations: bool,
+    bytes: bool,
+}
+
+impl MissedTargets {
+    fn of(m: Missed, budgets: bool) -> MissedTargets {
+        MissedTargets {
+            reserved: m.reserved,
+            budget: budgets.then_some(m.budget),
+            allocations: m.allocations,
+            bytes: m.bytes,
+        }
+    }
+
+    fn any(&self) -> bool {
+        self.reserved || self.budget == Some(true) || self.allocations || self.bytes
+    }
 }
 
 /// One policy's figures on a row.
@@ -144,7 +169,9 @@ fn show(paths: &[PathBuf]) -> String {
         .join(", ")
 }
 
-/// One policy's replay of `t` on a fresh simulated device.
+/// One policy's replay of `t` on a fresh simulated device. With no limit
+/// every request must be served: a refusal there means the simulated device
+/// is too small for the row, and its figures would mean nothing.
 fn figures(t: &Trace, config: &Config, a: &CorpusArgs) -> Result<Figures> {
     let run = |limit: Option<u64>| -> Result<vrampool::ReplayReport> {
         let config = Config {
@@ -156,6 +183,18 @@ fn figures(t: &Trace, config: &Config, a: &CorpusArgs) -> Result<Figures> {
         Ok(replay(&mut engine, t, 0))
     };
     let r = run(None)?;
+    if r.ooms > 0 {
+        bail!(
+            "{} of {} allocations were refused with no limit (peak live {}, device {} with \
+             buffers of at most {}): give a larger --capacity or --max-buffer-size, or a \
+             larger scale",
+            r.ooms,
+            r.allocs,
+            fmt_bytes(t.peak_live),
+            fmt_bytes(a.capacity),
+            fmt_bytes(a.max_buffer_size)
+        );
+    }
     let min = if a.min_budget {
         smallest_budget(t.peak_live, |limit| {
             let r = run(Some(limit))?;
@@ -165,23 +204,56 @@ fn figures(t: &Trace, config: &Config, a: &CorpusArgs) -> Result<Figures> {
         None
     };
     Ok(Figures {
-        row: RowFigures {
-            peak_live: t.peak_live,
-            peak_reserved: r.peak_reserved,
-            device_allocs: r.device_allocs,
-            bytes_created: r.segment_bytes_created,
-            min_budget: min.map(|m| m.0),
-        },
+        row: RowFigures::of(&r, min.map(|m| m.0)),
         ratio: r.reserved_ratio,
         device_ms: DeviceCost::H200_VULKAN.of_replay(&r),
         device_allocs_at_min: min.map(|m| m.1),
     })
 }
 
+/// One row: `full` at `scale` and `resize`, through both policies.
+fn row(full: &Trace, scale: u64, resize: f64, ours: &Config, a: &CorpusArgs) -> Result<Row> {
+    let mut t = if scale > 1 {
+        full.scaled(scale)
+    } else {
+        full.clone()
+    };
+    if resize != 1.0 {
+        t = t.resized(resize);
+    }
+    if t.largest > a.max_buffer_size {
+        bail!(
+            "one allocation is {} but the device allows at most {} per buffer; give a larger \
+             --max-buffer-size or a larger scale",
+            fmt_bytes(t.largest),
+            fmt_bytes(a.max_buffer_size)
+        );
+    }
+    let v = figures(&t, ours, a).context("vrampool")?;
+    let p = figures(&t, &Config::pytorch(), a).context("pytorch")?;
+    let targets = Targets {
+        full_size: scale == 1,
+        budgets: a.min_budget,
+    };
+    let missed = targets.missed(&v.row, &p.row);
+    Ok(Row {
+        trace: full.name.clone(),
+        scale,
+        resize,
+        vrampool: v,
+        pytorch: p,
+        missed: MissedTargets::of(missed, a.min_budget),
+        missed_letters: missed.to_string(),
+    })
+}
+
 /// Runs `vrampool corpus`.
 pub fn command(a: &CorpusArgs, c: &Common) -> Result<ExitCode> {
-    if c.adapter.is_some() {
-        bail!("corpus replays on the simulated device only; --adapter has no GPU to pick");
+    if c.adapter.is_some() || c.summary || c.timeline.is_some() {
+        bail!(
+            "corpus replays on the simulated device and prints its own table: --adapter, \
+             --summary and --timeline are for replay"
+        );
     }
     if let Some(s) = a.scales.iter().find(|&&s| s == 0) {
         bail!("--scales {s}: a divisor must be at least 1");
@@ -189,8 +261,8 @@ pub fn command(a: &CorpusArgs, c: &Common) -> Result<ExitCode> {
     if let Some(f) = a.resize.iter().find(|f| !(f.is_finite() && **f > 0.0)) {
         bail!("--resize {f}: a factor must be a positive number, like 0.9 or 1.1");
     }
+    let (scales, resize) = (distinct(&a.scales), distinct(&a.resize));
     let ours = configured(Config::default(), &a.set)?;
-    let pytorch = Config::pytorch();
     let files = trace_files(&a.paths)?;
     let mut traces = Vec::new();
     for f in &files {
@@ -199,76 +271,42 @@ pub fn command(a: &CorpusArgs, c: &Common) -> Result<ExitCode> {
     // Every (trace, scale, resize), in that order.
     let mut jobs = Vec::new();
     for t in &traces {
-        for &scale in &a.scales {
-            for &resize in &a.resize {
-                jobs.push((t, scale, resize));
+        for &scale in &scales {
+            for &f in &resize {
+                jobs.push((t, scale, f));
             }
-        }
-    }
-    for &(t, scale, resize) in &jobs {
-        let largest = ((t.largest / scale).max(1) as f64 * resize).ceil() as u64;
-        if largest > a.max_buffer_size {
-            bail!(
-                "{} ÷{scale} ×{resize}: one allocation is {} but the device allows at most {} per \
-                 buffer; give a larger --max-buffer-size or a larger scale",
-                t.name,
-                fmt_bytes(largest),
-                fmt_bytes(a.max_buffer_size)
-            );
         }
     }
     let pb = bar(jobs.len() as u64, c);
     let next = AtomicUsize::new(0);
+    let failed = AtomicBool::new(false);
     let done: Mutex<Vec<Option<Result<Row>>>> = Mutex::new((0..jobs.len()).map(|_| None).collect());
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
     std::thread::scope(|s| {
         for _ in 0..workers.min(jobs.len()) {
             s.spawn(|| {
-                loop {
+                while !failed.load(Ordering::Relaxed) {
                     let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(&(full, scale, resize)) = jobs.get(i) else {
+                    let Some(&(full, scale, f)) = jobs.get(i) else {
                         break;
                     };
-                    let row = (|| -> Result<Row> {
-                        let mut t = if scale > 1 {
-                            full.scaled(scale)
-                        } else {
-                            full.clone()
-                        };
-                        if resize != 1.0 {
-                            t = t.resized(resize);
-                        }
-                        let v = figures(&t, &ours, a)?;
-                        let p = figures(&t, &pytorch, a)?;
-                        let targets = Targets {
-                            full_size: scale == 1,
-                            budgets: a.min_budget,
-                        };
-                        let missed = targets.missed(&v.row, &p.row);
-                        Ok(Row {
-                            trace: full.name.clone(),
-                            scale,
-                            resize,
-                            vrampool: v,
-                            pytorch: p,
-                            missed,
-                            missed_letters: missed.to_string(),
-                        })
-                    })();
-                    done.lock().unwrap()[i] = Some(row);
+                    let r = row(full, scale, f, &ours, a)
+                        .with_context(|| format!("{} ÷{scale} ×{f}", full.name));
+                    if r.is_err() {
+                        failed.store(true, Ordering::Relaxed);
+                    }
+                    done.lock().unwrap()[i] = Some(r);
                     pb.inc(1);
                 }
             });
         }
     });
     pb.finish_and_clear();
-    let rows: Vec<Row> = done
-        .into_inner()
-        .unwrap()
-        .into_iter()
-        .map(|r| r.expect("every job ran"))
-        .collect::<Result<_>>()?;
-    let summary = summarize(&rows, a);
+    let mut rows = Vec::with_capacity(jobs.len());
+    for r in done.into_inner().unwrap().into_iter().flatten() {
+        rows.push(r?);
+    }
+    let summary = summarize(&rows, &resize, a.min_budget);
     if c.json {
         outln!(
             "{}",
@@ -279,23 +317,35 @@ pub fn command(a: &CorpusArgs, c: &Common) -> Result<ExitCode> {
             }))?
         );
     } else {
-        print_table(&rows, &summary, a)?;
+        print_table(&rows, &summary, &resize, a.min_budget, a.all)?;
     }
     Ok(ExitCode::SUCCESS)
 }
 
-fn summarize(rows: &[Row], a: &CorpusArgs) -> Summary {
-    let count = |f: fn(&Missed) -> bool| rows.iter().filter(|r| f(&r.missed)).count();
+/// `xs` without repeats, in their order.
+fn distinct<T: Copy + PartialEq>(xs: &[T]) -> Vec<T> {
+    let mut out: Vec<T> = Vec::with_capacity(xs.len());
+    for &x in xs {
+        if !out.contains(&x) {
+            out.push(x);
+        }
+    }
+    out
+}
+
+fn summarize(rows: &[Row], resize: &[f64], budgets: bool) -> Summary {
+    let count = |f: fn(&MissedTargets) -> bool| rows.iter().filter(|r| f(&r.missed)).count();
     let n = rows.len().max(1) as f64;
-    let full: Vec<&Row> = rows.iter().filter(|r| r.scale == 1).collect();
+    // `+ 0.0`: an empty sum of f64 is -0.0.
+    let full_ms =
+        |f: fn(&Row) -> f64| rows.iter().filter(|r| r.scale == 1).map(f).sum::<f64>() + 0.0;
     Summary {
         rows: rows.len(),
         missing_reserved: count(|m| m.reserved),
-        missing_budget: a.min_budget.then(|| count(|m| m.budget)),
+        missing_budget: budgets.then(|| count(|m| m.budget == Some(true))),
         missing_allocations: count(|m| m.allocations),
         missing_bytes: count(|m| m.bytes),
-        missing_reserved_by_resize: a
-            .resize
+        missing_reserved_by_resize: resize
             .iter()
             .map(|&f| {
                 rows.iter()
@@ -305,13 +355,13 @@ fn summarize(rows: &[Row], a: &CorpusArgs) -> Summary {
             .collect(),
         mean_ratio: rows.iter().map(|r| r.vrampool.ratio).sum::<f64>() / n,
         pytorch_mean_ratio: rows.iter().map(|r| r.pytorch.ratio).sum::<f64>() / n,
-        device_ms_full_size: full.iter().map(|r| r.vrampool.device_ms).sum(),
-        pytorch_device_ms_full_size: full.iter().map(|r| r.pytorch.device_ms).sum(),
+        device_ms_full_size: full_ms(|r| r.vrampool.device_ms),
+        pytorch_device_ms_full_size: full_ms(|r| r.pytorch.device_ms),
     }
 }
 
-fn print_table(rows: &[Row], s: &Summary, a: &CorpusArgs) -> Result<()> {
-    let budget = |f: &Figures| match (a.min_budget, f.row.min_budget) {
+fn print_table(rows: &[Row], s: &Summary, resize: &[f64], budgets: bool, all: bool) -> Result<()> {
+    let budget = |f: &Figures| match (budgets, f.row.min_budget) {
         (false, _) => String::new(),
         (true, Some(m)) => format!(" {m:>6.3}"),
         (true, None) => "   > 4x".to_string(),
@@ -326,13 +376,9 @@ fn print_table(rows: &[Row], s: &Summary, a: &CorpusArgs) -> Result<()> {
         "allocs / pt",
         "created / pt",
         "device ms / pt",
-        if a.min_budget {
-            "  min budget / pt"
-        } else {
-            ""
-        }
+        if budgets { "  min budget / pt" } else { "" }
     );
-    for r in rows.iter().filter(|r| a.all || r.missed.any()) {
+    for r in rows.iter().filter(|r| all || r.missed.any()) {
         let (v, p) = (&r.vrampool, &r.pytorch);
         outln!(
             "{:<18} {:>5} {:>6} {:>10} {:>7.3} {:>7.3} {:>5} {:>5} {:>10} {:>10} {:>9.2} {:>9.2}{}{} {}",
@@ -360,9 +406,8 @@ fn print_table(rows: &[Row], s: &Summary, a: &CorpusArgs) -> Result<()> {
     let m = s
         .missing_budget
         .map_or(String::new(), |m| format!(", M {m}"));
-    let by_resize = if a.resize.len() > 1 {
-        let parts: Vec<String> = a
-            .resize
+    let by_resize = if resize.len() > 1 {
+        let parts: Vec<String> = resize
             .iter()
             .zip(&s.missing_reserved_by_resize)
             .map(|(f, n)| format!("×{f} {n}"))

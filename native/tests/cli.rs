@@ -176,6 +176,41 @@ fn corpus_gives_the_figures_tables_rows_and_what_they_miss() {
     }
     assert_eq!(v["summary"]["rows"], 4);
     assert_eq!(v["summary"]["missing_reserved"], missing_r);
+    // The rest as tests/tests/figures.rs's GAPS list has these rows: at full
+    // size small_loop misses R, A and B and small_mlp A; scaled down, none;
+    // no row misses M.
+    let letters: Vec<(String, u64, String)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["trace"].as_str().unwrap().to_string(),
+                r["scale"].as_u64().unwrap(),
+                r["missed_letters"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let want = [
+        ("small_loop", 1, "RAB"),
+        ("small_loop", 64, ""),
+        ("small_mlp", 1, "A"),
+        ("small_mlp", 64, ""),
+    ];
+    assert_eq!(
+        letters,
+        want.map(|(t, s, m)| (t.to_string(), s, m.to_string()))
+    );
+    assert_eq!(v["summary"]["missing_budget"], 0);
+    assert_eq!(v["summary"]["missing_allocations"], 2);
+    assert_eq!(v["summary"]["missing_bytes"], 1);
+    // Without --min-budget the budget target is not judged.
+    let quick = json(
+        vrampool()
+            .args(["corpus", "--scales", "64"])
+            .arg(trace("small_mlp")),
+    );
+    assert_eq!(quick["rows"][0]["missed"]["budget"], Value::Null);
+    assert_eq!(quick["summary"]["missing_budget"], Value::Null);
+    assert_eq!(quick["summary"]["device_ms_full_size"], 0.0);
 }
 
 #[test]
@@ -549,6 +584,21 @@ fn bad_requests_are_refused() {
         "without_limit.large_fit must be a fraction in 0..=1, got 2",
     );
     refuses(
+        &["corpus", "--capacity", "2048", &t],
+        &[],
+        "ok ÷1 ×1: vrampool: 1 of 1 allocations were refused with no limit",
+    );
+    refuses(
+        &["corpus", "--set", "limit=1000", &t],
+        &[],
+        "--set limit=1000: the limit is the command's",
+    );
+    refuses(
+        &["corpus", "--summary", &t],
+        &[],
+        "--adapter, --summary and --timeline are for replay",
+    );
+    refuses(
         &["corpus", "--scales", "0", &t],
         &[],
         "--scales 0: a divisor must be at least 1",
@@ -573,7 +623,7 @@ fn bad_requests_are_refused() {
             "1024",
         ],
         &[],
-        "one allocation is 4.00 KiB but the device allows at most 1.00 KiB per buffer",
+        "ok ÷1 ×1: one allocation is 4.00 KiB but the device allows at most 1.00 KiB per buffer",
     );
     refuses(
         &["replay", "--simulate", "--budget", "4000", &t],

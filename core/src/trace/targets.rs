@@ -7,6 +7,8 @@ use std::fmt;
 
 use serde::Serialize;
 
+use super::ReplayReport;
+
 const MIB: f64 = (1u64 << 20) as f64;
 
 /// The figures of one replay that the targets compare.
@@ -25,6 +27,20 @@ pub struct RowFigures {
     /// up to 4 × replays, or where it was not looked for (see
     /// [`Targets::budgets`]).
     pub min_budget: Option<f64>,
+}
+
+impl RowFigures {
+    /// The figures of a replay with no limit, and the smallest budget found
+    /// for it, if one was looked for.
+    pub fn of(report: &ReplayReport, min_budget: Option<f64>) -> RowFigures {
+        RowFigures {
+            peak_live: report.peak_live,
+            peak_reserved: report.peak_reserved,
+            device_allocs: report.device_allocs,
+            bytes_created: report.segment_bytes_created,
+            min_budget,
+        }
+    }
 }
 
 /// Which targets are in force for a row.

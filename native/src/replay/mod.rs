@@ -313,7 +313,7 @@ pub fn command(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
         }
     }
     pb.finish_and_clear();
-    print_replay(&rows, c, a.min_budget, &target)?;
+    print_replay(&rows, c, a.min_budget, &target, &a.set)?;
     Ok(if any_oom && budget.is_some() {
         ExitCode::from(2)
     } else {
@@ -366,7 +366,13 @@ fn timeline_path(path: &Path, trace: &str, policy: &str, many: bool) -> PathBuf 
     path.with_file_name(format!("{stem}-{trace}-{policy}.svg"))
 }
 
-fn print_replay(rows: &[Row], c: &Common, min: bool, target: &Target) -> Result<()> {
+fn print_replay(
+    rows: &[Row],
+    c: &Common,
+    min: bool,
+    target: &Target,
+    set: &[String],
+) -> Result<()> {
     if c.json {
         let out: Vec<_> = rows
             .iter()
@@ -385,6 +391,8 @@ fn print_replay(rows: &[Row], c: &Common, min: bool, target: &Target) -> Result<
                     "limit_kind": (r.policy == PolicyKind::Vrampool
                         && (r.limit.is_some() || r.min_budget.is_some()))
                     .then_some(r.limit_kind),
+                    // The vrampool policy's --set changes from the default.
+                    "set": (r.policy == PolicyKind::Vrampool).then_some(set),
                     "report": r.outcome.report,
                     "estimated_device_ms": DeviceCost::H200_VULKAN.of_replay(&r.outcome.report),
                     "released_by_empty_cache": r.outcome.released_at_end,
