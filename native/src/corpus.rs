@@ -38,6 +38,18 @@ pub struct CorpusArgs {
     /// a policy tuned to one set of sizes shows it here.
     #[arg(long, value_delimiter = ',', default_value = "1", value_name = "F,..")]
     resize: Vec<f64>,
+    /// Replay every trace (at each scale and resize factor) with every
+    /// distinct size moved by its own factor in 0.9–1.1, drawn from each of
+    /// these seeds (core's `Trace::jittered`; 0: as recorded), e.g.
+    /// `--jitter 1,2,3,4`: a policy tuned to the ratios between one
+    /// workload's tensor sizes shows it here.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "0",
+        value_name = "SEED,.."
+    )]
+    jitter: Vec<u64>,
     /// Change a field of the vrampool policy's configuration from the
     /// default, as `replay --set` does; repeatable.
     #[arg(long = "set", value_name = "FIELD=VALUE")]
@@ -63,6 +75,8 @@ struct Row {
     trace: String,
     scale: u64,
     resize: f64,
+    /// The seed the sizes were jittered with (0: as recorded).
+    jitter: u64,
     vrampool: Figures,
     pytorch: Figures,
     missed: MissedTargets,
@@ -118,6 +132,8 @@ struct Summary {
     missing_bytes: usize,
     /// Rows missing the reserved target, per resize factor (in `--resize` order).
     missing_reserved_by_resize: Vec<usize>,
+    /// Rows missing the reserved target, per jitter seed (in `--jitter` order).
+    missing_reserved_by_jitter: Vec<usize>,
     mean_ratio: f64,
     pytorch_mean_ratio: f64,
     /// Estimated H200 device time of the full-size rows, ms.
@@ -211,8 +227,16 @@ fn figures(t: &Trace, config: &Config, a: &CorpusArgs) -> Result<Figures> {
     })
 }
 
-/// One row: `full` at `scale` and `resize`, through both policies.
-fn row(full: &Trace, scale: u64, resize: f64, ours: &Config, a: &CorpusArgs) -> Result<Row> {
+/// The size of a jitter: every distinct size moved by up to 10 %.
+const JITTER: f64 = 0.1;
+
+/// One row: `full` at `scale`, `resize` and `jitter`, through both policies.
+fn row(
+    full: &Trace,
+    (scale, resize, jitter): Variant,
+    ours: &Config,
+    a: &CorpusArgs,
+) -> Result<Row> {
     let mut t = if scale > 1 {
         full.scaled(scale)
     } else {
@@ -220,6 +244,9 @@ fn row(full: &Trace, scale: u64, resize: f64, ours: &Config, a: &CorpusArgs) -> 
     };
     if resize != 1.0 {
         t = t.resized(resize);
+    }
+    if jitter != 0 {
+        t = t.jittered(JITTER, jitter);
     }
     if t.largest > a.max_buffer_size {
         bail!(
@@ -240,6 +267,7 @@ fn row(full: &Trace, scale: u64, resize: f64, ours: &Config, a: &CorpusArgs) -> 
         trace: full.name.clone(),
         scale,
         resize,
+        jitter,
         vrampool: v,
         pytorch: p,
         missed: MissedTargets::of(missed, a.min_budget),
@@ -261,19 +289,25 @@ pub fn command(a: &CorpusArgs, c: &Common) -> Result<ExitCode> {
     if let Some(f) = a.resize.iter().find(|f| !(f.is_finite() && **f > 0.0)) {
         bail!("--resize {f}: a factor must be a positive number, like 0.9 or 1.1");
     }
-    let (scales, resize) = (distinct(&a.scales), distinct(&a.resize));
+    let (scales, resize, jitter) = (
+        distinct(&a.scales),
+        distinct(&a.resize),
+        distinct(&a.jitter),
+    );
     let ours = configured(Config::default(), &a.set)?;
     let files = trace_files(&a.paths)?;
     let mut traces = Vec::new();
     for f in &files {
         traces.push(Trace::open(f).with_context(|| format!("reading {}", f.display()))?);
     }
-    // Every (trace, scale, resize), in that order.
+    // Every (trace, scale, resize, jitter), in that order.
     let mut jobs = Vec::new();
     for t in &traces {
         for &scale in &scales {
             for &f in &resize {
-                jobs.push((t, scale, f));
+                for &j in &jitter {
+                    jobs.push((t, (scale, f, j)));
+                }
             }
         }
     }
@@ -287,11 +321,11 @@ pub fn command(a: &CorpusArgs, c: &Common) -> Result<ExitCode> {
             s.spawn(|| {
                 while !failed.load(Ordering::Relaxed) {
                     let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(&(full, scale, f)) = jobs.get(i) else {
+                    let Some(&(full, variant)) = jobs.get(i) else {
                         break;
                     };
-                    let r = row(full, scale, f, &ours, a)
-                        .with_context(|| format!("{} ÷{scale} ×{f}", full.name));
+                    let r = row(full, variant, &ours, a)
+                        .with_context(|| format!("{} {}", full.name, show_variant(variant)));
                     if r.is_err() {
                         failed.store(true, Ordering::Relaxed);
                     }
@@ -306,7 +340,7 @@ pub fn command(a: &CorpusArgs, c: &Common) -> Result<ExitCode> {
     for r in done.into_inner().unwrap().into_iter().flatten() {
         rows.push(r?);
     }
-    let summary = summarize(&rows, &resize, a.min_budget);
+    let summary = summarize(&rows, &resize, &jitter, a.min_budget);
     if c.json {
         outln!(
             "{}",
@@ -317,7 +351,7 @@ pub fn command(a: &CorpusArgs, c: &Common) -> Result<ExitCode> {
             }))?
         );
     } else {
-        print_table(&rows, &summary, &resize, a.min_budget, a.all)?;
+        print_table(&rows, &summary, (&resize, &jitter), a.min_budget, a.all)?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -333,7 +367,19 @@ fn distinct<T: Copy + PartialEq>(xs: &[T]) -> Vec<T> {
     out
 }
 
-fn summarize(rows: &[Row], resize: &[f64], budgets: bool) -> Summary {
+/// A row's variant of its trace: scale, resize factor, jitter seed.
+type Variant = (u64, f64, u64);
+
+/// `÷scale ×resize`, and `~seed` when jittered.
+fn show_variant((scale, resize, jitter): Variant) -> String {
+    if jitter == 0 {
+        format!("÷{scale} ×{resize}")
+    } else {
+        format!("÷{scale} ×{resize} ~{jitter}")
+    }
+}
+
+fn summarize(rows: &[Row], resize: &[f64], jitter: &[u64], budgets: bool) -> Summary {
     let count = |f: fn(&MissedTargets) -> bool| rows.iter().filter(|r| f(&r.missed)).count();
     let n = rows.len().max(1) as f64;
     // `+ 0.0`: an empty sum of f64 is -0.0.
@@ -353,6 +399,14 @@ fn summarize(rows: &[Row], resize: &[f64], budgets: bool) -> Summary {
                     .count()
             })
             .collect(),
+        missing_reserved_by_jitter: jitter
+            .iter()
+            .map(|&j| {
+                rows.iter()
+                    .filter(|r| r.jitter == j && r.missed.reserved)
+                    .count()
+            })
+            .collect(),
         mean_ratio: rows.iter().map(|r| r.vrampool.ratio).sum::<f64>() / n,
         pytorch_mean_ratio: rows.iter().map(|r| r.pytorch.ratio).sum::<f64>() / n,
         device_ms_full_size: full_ms(|r| r.vrampool.device_ms),
@@ -360,17 +414,24 @@ fn summarize(rows: &[Row], resize: &[f64], budgets: bool) -> Summary {
     }
 }
 
-fn print_table(rows: &[Row], s: &Summary, resize: &[f64], budgets: bool, all: bool) -> Result<()> {
+fn print_table(
+    rows: &[Row],
+    s: &Summary,
+    (resize, jitter): (&[f64], &[u64]),
+    budgets: bool,
+    all: bool,
+) -> Result<()> {
     let budget = |f: &Figures| match (budgets, f.row.min_budget) {
         (false, _) => String::new(),
         (true, Some(m)) => format!(" {m:>6.3}"),
         (true, None) => "   > 4x".to_string(),
     };
     outln!(
-        "{:<18} {:>5} {:>6} {:>10} {:>15} {:>11} {:>21} {:>19}{} missed",
+        "{:<18} {:>5} {:>6} {:>6} {:>10} {:>15} {:>11} {:>21} {:>19}{} missed",
         "trace",
         "scale",
         "resize",
+        "jitter",
         "peak live",
         "ratio / pytorch",
         "allocs / pt",
@@ -381,10 +442,15 @@ fn print_table(rows: &[Row], s: &Summary, resize: &[f64], budgets: bool, all: bo
     for r in rows.iter().filter(|r| all || r.missed.any()) {
         let (v, p) = (&r.vrampool, &r.pytorch);
         outln!(
-            "{:<18} {:>5} {:>6} {:>10} {:>7.3} {:>7.3} {:>5} {:>5} {:>10} {:>10} {:>9.2} {:>9.2}{}{} {}",
+            "{:<18} {:>5} {:>6} {:>6} {:>10} {:>7.3} {:>7.3} {:>5} {:>5} {:>10} {:>10} {:>9.2} {:>9.2}{}{} {}",
             r.trace,
             format!("÷{}", r.scale),
             format!("×{}", r.resize),
+            if r.jitter == 0 {
+                "—".to_string()
+            } else {
+                format!("~{}", r.jitter)
+            },
             fmt_bytes(v.row.peak_live),
             v.ratio,
             p.ratio,
@@ -406,15 +472,27 @@ fn print_table(rows: &[Row], s: &Summary, resize: &[f64], budgets: bool, all: bo
     let m = s
         .missing_budget
         .map_or(String::new(), |m| format!(", M {m}"));
-    let by_resize = if resize.len() > 1 {
+    let mut by = Vec::new();
+    if resize.len() > 1 {
         let parts: Vec<String> = resize
             .iter()
             .zip(&s.missing_reserved_by_resize)
             .map(|(f, n)| format!("×{f} {n}"))
             .collect();
-        format!(" (R by resize: {})", parts.join(", "))
-    } else {
+        by.push(format!("R by resize: {}", parts.join(", ")));
+    }
+    if jitter.len() > 1 {
+        let parts: Vec<String> = jitter
+            .iter()
+            .zip(&s.missing_reserved_by_jitter)
+            .map(|(j, n)| format!("~{j} {n}"))
+            .collect();
+        by.push(format!("R by jitter: {}", parts.join(", ")));
+    }
+    let by_resize = if by.is_empty() {
         String::new()
+    } else {
+        format!(" ({})", by.join("; "))
     };
     outln!(
         "{} rows miss R {}{m}, A {}, B {}{by_resize}; mean ratio {:.4} (pytorch {:.4}); \

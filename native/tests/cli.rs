@@ -240,6 +240,23 @@ fn set_changes_the_vrampool_policy_in_corpus_and_replay_alike() {
         reserved(&default[0])
     );
     assert_eq!(cached[0]["pytorch"], default[0]["pytorch"]);
+    // A jittered row (each distinct size moved by up to 10 %) beside the
+    // recorded one.
+    let jittered = json(
+        vrampool()
+            .args(["corpus", "--scales", "1", "--jitter", "0,3"])
+            .arg(&t),
+    );
+    let rows = jittered["rows"].as_array().unwrap();
+    assert_eq!(
+        (rows[0]["jitter"].as_u64(), rows[1]["jitter"].as_u64()),
+        (Some(0), Some(3))
+    );
+    assert_eq!(rows[0]["vrampool"], default[0]["vrampool"]);
+    let live = |r: &Value| f(&r["vrampool"]["peak_live"]);
+    assert!(
+        live(&rows[1]) != live(&rows[0]) && (live(&rows[1]) / live(&rows[0]) - 1.0).abs() < 0.1
+    );
     let replayed = json(
         vrampool()
             .args(["replay", "--simulate", "--set", "headroom=null"])

@@ -344,6 +344,44 @@ impl Trace {
         self.map_sizes(|s| (((s as f64 * factor).ceil() as u64).div_ceil(512) * 512).max(512))
     }
 
+    /// Returns a copy with every distinct size multiplied by its own factor in
+    /// `1 ± spread`, drawn from a hash of the size and `seed`, and rounded up
+    /// to 512 bytes: the same workload with the ratios between its tensor
+    /// sizes changed (every tensor of one size still gets one new size), to
+    /// check a policy is not tuned to them. [`Trace::resized`] keeps the
+    /// ratios.
+    ///
+    /// ```
+    /// use vrampool::trace::{Action, Trace, TraceEvent};
+    /// let ev = |action, pointer, size| TraceEvent { action, pointer, size, line: 0 };
+    /// let t = Trace {
+    ///     events: vec![ev(Action::Allocate, 1, 1 << 20), ev(Action::Allocate, 2, 1 << 20),
+    ///                  ev(Action::Allocate, 3, 3 << 20)],
+    ///     ..Trace::default()
+    /// };
+    /// let j = t.jittered(0.1, 7);
+    /// let sizes: Vec<u64> = j.events.iter().map(|e| e.size).collect();
+    /// assert_eq!(sizes[0], sizes[1]); // one size, one new size
+    /// for (new, old) in sizes.iter().zip([1u64 << 20, 1 << 20, 3 << 20]) {
+    ///     let f = *new as f64 / old as f64;
+    ///     assert!((0.9..=1.1 + 512.0 / old as f64).contains(&f) && new % 512 == 0);
+    /// }
+    /// assert_eq!(j.peak_live, sizes.iter().sum::<u64>());
+    /// assert_eq!(t.jittered(0.1, 7).events[2].size, sizes[2]); // the same seed, the same sizes
+    /// ```
+    pub fn jittered(&self, spread: f64, seed: u64) -> Trace {
+        self.map_sizes(|s| {
+            // splitmix64 of (size, seed): a fixed, well-spread hash.
+            let mut h = s ^ seed.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            h = (h ^ (h >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            h = (h ^ (h >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            h ^= h >> 31;
+            let u = (h >> 11) as f64 / (1u64 << 53) as f64;
+            let x = (s as f64 * (1.0 + spread * (2.0 * u - 1.0))).ceil() as u64;
+            (x.div_ceil(512) * 512).max(512)
+        })
+    }
+
     fn map_sizes(&self, f: impl Fn(u64) -> u64) -> Trace {
         let mut t = self.clone();
         let (mut cur, mut peak, mut largest) = (0u64, 0u64, 0u64);
