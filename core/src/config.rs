@@ -126,9 +126,18 @@ pub struct Placement {
     #[serde(default)]
     pub medium_request_fraction: f64,
     /// A new medium segment is at most this fraction of the most bytes ever
-    /// allocated (but never less than twice the request), so a small workload
-    /// does not reserve a `medium_segment` it cannot fill; 0 turns the cap off.
+    /// allocated (but never less than `medium_segment_blocks` × the
+    /// request), so a small workload does not reserve a `medium_segment` it
+    /// cannot fill; 0 turns the cap off.
     pub medium_segment_fraction: f64,
+    /// A new medium segment holds at least this many blocks of the size of
+    /// the request it is made for, whatever `medium_segment_fraction` caps
+    /// (at least 1). A whole number, so a size that recurs fills the segment
+    /// without a sliver left over; three rather than two, so recurring sizes
+    /// share fewer segments (BENCHMARKS.md, "Sweeps over the resized corpus").
+    /// A configuration saved without the field reads as 2, as it behaved.
+    #[serde(default = "two_blocks")]
+    pub medium_segment_blocks: u64,
     /// Larger requests get a segment of their own, rounded up to a multiple of this.
     pub large_rounding: u64,
     /// A large free block is split only if the remainder is at least this big;
@@ -180,6 +189,7 @@ impl Placement {
             medium_request: 0,
             medium_segment: 32 << 20,
             medium_segment_fraction: 0.0,
+            medium_segment_blocks: 2,
             medium_request_fraction: 0.0,
             large_rounding: 256,
             min_split_remainder: 1 << 20,
@@ -196,7 +206,7 @@ impl Placement {
     /// the standing targets on more rows, resized or not). Every size scales with
     /// the most bytes the workload ever allocated (its high water H): requests
     /// above H / 50 (at most 192 MiB) get their own segment; a medium segment
-    /// is H / 32 (at least twice the request, at most 384 MiB); small segments
+    /// is H / 32 (at least three times the request, at most 384 MiB); small segments
     /// start at 2 MiB and grow by 1/8 of what small segments hold, up to
     /// H / 64 and 32 MiB; a large block's remainder is split off from
     /// H / 2048 (1 MiB from H = 2 GiB up). A 10 MiB workload and a 100 GiB
@@ -205,7 +215,10 @@ impl Placement {
     /// 1.22, and to 1.205 with the split remainders; without the split guard
     /// the 54 rows miss the no-limit target on 14 rows instead of 19 and
     /// create 1.04 × PyTorch's bytes of segments at full size instead of
-    /// 1.14 × (BENCHMARKS.md).
+    /// 1.14 ×; with medium segments of at least three requests rather than
+    /// two (and the headroom's floor at 8 MiB), 15 of the 63 rows instead of
+    /// 18, and 92 of the 315 rows of the corpus resized × 0.75–1.25 instead
+    /// of 103 (BENCHMARKS.md).
     pub fn without_limit() -> Self {
         Placement {
             small_request: 1 << 20,
@@ -216,6 +229,7 @@ impl Placement {
             medium_request: 192 << 20,
             medium_segment: 384 << 20,
             medium_segment_fraction: 1.0 / 32.0,
+            medium_segment_blocks: 3,
             medium_request_fraction: 0.02,
             large_rounding: 256,
             min_split_remainder: 1 << 20,
@@ -304,7 +318,9 @@ pub struct Config {
     #[serde(default)]
     pub any_block_before_oom: bool,
     /// The soft headroom does not act while reserved bytes are below this, so
-    /// small workloads still pack their blocks into shared segments.
+    /// small workloads still pack their blocks into shared segments (8 MiB
+    /// by default; 4 MiB before medium segments held three requests, see
+    /// [`Placement::medium_segment_blocks`]).
     pub headroom_floor: u64,
     /// Offset alignment and size granularity of blocks (wgpu's
     /// `min_storage_buffer_offset_alignment`, 256).
@@ -350,6 +366,7 @@ impl Config {
             medium_request: (10 << 20) - 512,
             medium_segment: 20 << 20,
             medium_segment_fraction: 0.0,
+            medium_segment_blocks: 2,
             medium_request_fraction: 0.0,
             large_rounding: 2 << 20,
             min_split_remainder: (1 << 20) + 512,
@@ -370,6 +387,12 @@ impl Config {
             ..Config::default()
         }
     }
+}
+
+/// What a configuration saved without [`Placement::medium_segment_blocks`]
+/// reads as.
+fn two_blocks() -> u64 {
+    2
 }
 
 /// Refuses a knob that must be a finite, non-negative number.
@@ -417,6 +440,11 @@ impl Placement {
                 return Err(format!("{which}.{name} must be at least 1 byte, got 0"));
             }
         }
+        if self.medium_segment_blocks == 0 {
+            return Err(format!(
+                "{which}.medium_segment_blocks must be at least 1 (a segment holds its own request), got 0"
+            ));
+        }
         Ok(())
     }
 }
@@ -457,7 +485,7 @@ impl Default for Config {
             cache_limit: None,
             growth: Growth::OnDemand,
             headroom: Some(0.085),
-            headroom_floor: 4 << 20,
+            headroom_floor: 8 << 20,
             churn_limit: 2.0,
             release_order: ReleaseOrder::MostRecentlyUsed,
             max_headroom_credit: 0.2,

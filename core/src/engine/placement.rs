@@ -268,7 +268,7 @@ impl<B: Backend> Engine<B> {
                             * p.medium_segment_fraction) as u64,
                         p.small_segment.max(1),
                     );
-                    seg = seg.min(cap.max(2 * rounded));
+                    seg = seg.min(cap.max(p.medium_segment_blocks.saturating_mul(rounded)));
                 }
                 if let Some(limit) = self.limit
                     && self.under_budget()
@@ -276,7 +276,8 @@ impl<B: Backend> Engine<B> {
                     // A shared segment is at most an eighth of the budget, so a
                     // small budget is not spent on one half-empty segment (a
                     // ceiling changes nothing until it is reached).
-                    seg = seg.min(round_up(limit / 8, p.small_segment.max(1)).max(2 * rounded));
+                    let blocks = p.medium_segment_blocks.saturating_mul(rounded);
+                    seg = seg.min(round_up(limit / 8, p.small_segment.max(1)).max(blocks));
                 }
                 seg.max(rounded)
             }
