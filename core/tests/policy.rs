@@ -248,6 +248,43 @@ fn a_configuration_saved_before_split_remainder_fraction_still_reads() {
     );
 }
 
+#[test]
+fn a_configuration_saved_before_medium_segment_blocks_reads_as_two() {
+    let mut saved = serde_json::to_value(Config::default()).unwrap();
+    for profile in ["without_limit", "under_limit"] {
+        let p = saved[profile].as_object_mut().unwrap();
+        assert!(p.remove("medium_segment_blocks").is_some());
+    }
+    let read: Config = serde_json::from_value(saved).unwrap();
+    assert_eq!(read.without_limit.medium_segment_blocks, 2);
+    assert_eq!(read.under_limit.medium_segment_blocks, 2);
+    assert_eq!(Config::default().without_limit.medium_segment_blocks, 3);
+}
+
+#[test]
+fn a_new_medium_segment_holds_three_of_its_request() {
+    // With 1 GiB live, a 16 MiB request is medium (up to H / 50) and H / 32 is
+    // 32 MiB: the new segment is three requests, 48 MiB, and the next two
+    // 16 MiB requests fill it with no device call. With two requests as the
+    // minimum (the rule before) the segment is 32 MiB and the third request
+    // needs a second one.
+    let run = |blocks| {
+        let mut config = Config::default();
+        config.without_limit.medium_segment_blocks = blocks;
+        let mut e = engine(config);
+        e.allocate(Request::new(1 << 30, 0)).unwrap();
+        let first = e.allocate(Request::new(16 << 20, 0)).unwrap();
+        let medium = e.stats().total.reserved_bytes.current - (1 << 30);
+        let second = e.allocate(Request::new(16 << 20, 0)).unwrap();
+        let third = e.allocate(Request::new(16 << 20, 0)).unwrap();
+        assert_eq!(second.segment, first.segment);
+        assert_eq!(third.segment == first.segment, blocks == 3);
+        (medium >> 20, e.stats().counters.device_allocs)
+    };
+    assert_eq!(run(3), (48, 2));
+    assert_eq!(run(2), (32, 3));
+}
+
 /// [`guarded`] without [`Config::pack_before_release`], to show the churn
 /// limit alone.
 fn unpacked() -> Config {
