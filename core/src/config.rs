@@ -131,8 +131,9 @@ pub struct Placement {
     /// cannot fill; 0 turns the cap off.
     pub medium_segment_fraction: f64,
     /// A new medium segment holds at least this many blocks of the size of
-    /// the request it is made for, whatever `medium_segment_fraction` caps
-    /// (at least 1). A whole number, so a size that recurs fills the segment
+    /// the request it is made for, whatever `medium_segment_fraction` (or,
+    /// under a budget, an eighth of it) caps, up to `medium_segment` (at
+    /// least 1). A whole number, so a size that recurs fills the segment
     /// without a sliver left over; three rather than two, so recurring sizes
     /// share fewer segments (BENCHMARKS.md, "Sweeps over the resized corpus").
     /// A configuration saved without the field reads as 2, as it behaved.
@@ -206,7 +207,7 @@ impl Placement {
     /// the standing targets on more rows, resized or not). Every size scales with
     /// the most bytes the workload ever allocated (its high water H): requests
     /// above H / 50 (at most 192 MiB) get their own segment; a medium segment
-    /// is H / 32 (at least three times the request, at most 384 MiB); small segments
+    /// is H / 32 (at least three times the request, up to 384 MiB); small segments
     /// start at 2 MiB and grow by 1/8 of what small segments hold, up to
     /// H / 64 and 32 MiB; a large block's remainder is split off from
     /// H / 2048 (1 MiB from H = 2 GiB up). A 10 MiB workload and a 100 GiB

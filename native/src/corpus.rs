@@ -1,6 +1,7 @@
 //! `corpus`: the standing targets over a corpus of traces. Every trace at
 //! each scale — and, to see past the luck of one corpus, with every tensor
-//! resized — replayed on the simulated device by the vrampool policy (with
+//! resized and with its sizes jittered apart — replayed on the simulated
+//! device by the vrampool policy (with
 //! any `--set` changes) and by the PyTorch preset: which rows miss which
 //! target (core's `trace::Targets`), the counts, and the device time the
 //! churn would cost on the H200 (core's `DeviceCost`). What BENCHMARKS.md's
