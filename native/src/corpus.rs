@@ -80,34 +80,9 @@ struct Row {
     jitter: u64,
     vrampool: Figures,
     pytorch: Figures,
-    missed: MissedTargets,
+    missed: Missed,
     /// The missed targets' letters (`RMAB`), empty when none.
     missed_letters: String,
-}
-
-/// [`Missed`] as the JSON says it: the budget target `null` where the
-/// smallest budgets were not looked for.
-#[derive(Serialize)]
-struct MissedTargets {
-    reserved: bool,
-    budget: Option<bool>,
-    allocations: bool,
-    bytes: bool,
-}
-
-impl MissedTargets {
-    fn of(m: Missed, budgets: bool) -> MissedTargets {
-        MissedTargets {
-            reserved: m.reserved,
-            budget: budgets.then_some(m.budget),
-            allocations: m.allocations,
-            bytes: m.bytes,
-        }
-    }
-
-    fn any(&self) -> bool {
-        self.reserved || self.budget == Some(true) || self.allocations || self.bytes
-    }
 }
 
 /// One policy's figures on a row.
@@ -271,7 +246,7 @@ fn row(
         jitter,
         vrampool: v,
         pytorch: p,
-        missed: MissedTargets::of(missed, a.min_budget),
+        missed,
         missed_letters: missed.to_string(),
     })
 }
@@ -381,7 +356,7 @@ fn show_variant((scale, resize, jitter): Variant) -> String {
 }
 
 fn summarize(rows: &[Row], resize: &[f64], jitter: &[u64], budgets: bool) -> Summary {
-    let count = |f: fn(&MissedTargets) -> bool| rows.iter().filter(|r| f(&r.missed)).count();
+    let count = |f: fn(&Missed) -> bool| rows.iter().filter(|r| f(&r.missed)).count();
     let n = rows.len().max(1) as f64;
     // `+ 0.0`: an empty sum of f64 is -0.0.
     let full_ms =

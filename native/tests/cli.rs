@@ -215,11 +215,12 @@ fn corpus_gives_the_figures_tables_rows_and_what_they_miss() {
             r["trace"],
             r["scale"]
         );
-        for (n, m) in
-            counts
-                .iter_mut()
-                .zip([want.reserved, want.budget, want.allocations, want.bytes])
-        {
+        for (n, m) in counts.iter_mut().zip([
+            want.reserved,
+            want.budget == Some(true),
+            want.allocations,
+            want.bytes,
+        ]) {
             *n += m as u64;
         }
     }

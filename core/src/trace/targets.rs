@@ -61,8 +61,9 @@ pub struct Missed {
     pub reserved: bool,
     /// `M`: the smallest budget with no OOM above 1.03 × peak live + 1 MiB,
     /// or above the baseline's (budgets are found on a 0.001 grid, rounded
-    /// up, so the bound allows one step).
-    pub budget: bool,
+    /// up, so the bound allows one step); `None` where the budgets were not
+    /// looked for ([`Targets::budgets`]).
+    pub budget: Option<bool>,
     /// `A`: at full size, more device allocations than the baseline.
     pub allocations: bool,
     /// `B`: at full size, more bytes of segments created than the baseline.
@@ -95,9 +96,9 @@ impl Targets {
         Missed {
             reserved: ours.peak_reserved as f64 > 1.10 * live + 2.0 * MIB
                 || ours.peak_reserved > baseline.peak_reserved,
-            budget: self.budgets
-                && (budget(ours) * live > (1.03 + 0.001) * live + MIB
-                    || budget(ours) > budget(baseline)),
+            budget: self.budgets.then(|| {
+                budget(ours) * live > (1.03 + 0.001) * live + MIB || budget(ours) > budget(baseline)
+            }),
             allocations: self.full_size && ours.device_allocs > baseline.device_allocs,
             bytes: self.full_size && ours.bytes_created > baseline.bytes_created,
         }
@@ -107,7 +108,7 @@ impl Targets {
 impl Missed {
     /// Whether any target is missed.
     pub fn any(&self) -> bool {
-        self.reserved || self.budget || self.allocations || self.bytes
+        self.reserved || self.budget == Some(true) || self.allocations || self.bytes
     }
 }
 
@@ -116,7 +117,7 @@ impl fmt::Display for Missed {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for (missed, letter) in [
             (self.reserved, "R"),
-            (self.budget, "M"),
+            (self.budget == Some(true), "M"),
             (self.allocations, "A"),
             (self.bytes, "B"),
         ] {
