@@ -33,7 +33,7 @@ impl<B: Backend> Engine<B> {
         let largest_free_block = self
             .pools
             .iter()
-            .filter_map(|p| p.free.iter().map(|&(_, s, _)| s).max())
+            .filter_map(|p| p.free.largest())
             .max()
             .unwrap_or(0);
         let (releasable_bytes, releasable_pending) = self

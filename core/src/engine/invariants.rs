@@ -213,8 +213,11 @@ impl<B: Backend> Engine<B> {
                         if prev_free {
                             return Err(E::Uncoalesced { segment, offset });
                         }
-                        let key = (self.key(s.class), block.size, b);
-                        if !self.pools[s.pool as usize].free.contains(&key) {
+                        let key = self.key(s.class);
+                        if !self.pools[s.pool as usize]
+                            .free
+                            .contains(key, block.size, b)
+                        {
                             return Err(E::NotIndexed { block: b });
                         }
                         r.free_blocks += 1;

@@ -22,6 +22,7 @@
 //! counters (and the cache a retry released).
 
 mod deferred;
+mod free_index;
 mod inspect;
 mod invariants;
 mod ladder;

@@ -187,7 +187,7 @@ impl<B: Backend> Engine<B> {
     fn find_free_by(&self, pool: u16, class: SegmentClass, rounded: u64, fit: Fit) -> Option<u32> {
         let p = &self.pools[pool as usize];
         let key = self.key(class);
-        let &(_, size, index) = p.free.range((key, rounded, 0)..(key + 1, 0, 0)).next()?;
+        let (size, index) = p.free.best_fit(key, rounded)?;
         let too_big = match class {
             SegmentClass::Exclusive => size > rounded + rounded / 4,
             SegmentClass::Large if fit == Fit::Any => false,

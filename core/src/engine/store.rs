@@ -8,7 +8,6 @@
 //! *when* a segment is released; placement.rs, ladder.rs and release.rs do,
 //! and call these moves, which keep the figures in step with every change.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use crate::backend::Backend;
@@ -17,6 +16,7 @@ use crate::stats::PoolStats;
 use crate::types::{Allocation, BlockId, Request, SegmentClass, SegmentId};
 
 use super::Engine;
+use super::free_index::FreeIndex;
 
 /// "No block": the end of a segment's list.
 pub(super) const NONE: u32 = u32::MAX;
@@ -81,7 +81,7 @@ pub(super) struct UsagePool {
     pub(super) name: String,
     /// Free blocks by (class key, size, index): best fit is the first at or
     /// above the request.
-    pub(super) free: BTreeSet<(u8, u64, u32)>,
+    pub(super) free: FreeIndex,
     pub(super) stats: PoolStats,
     /// Has held a segment: pools only named by refused requests stay out of stats.
     pub(super) used: bool,
@@ -139,7 +139,7 @@ impl<B: Backend> Engine<B> {
             exclusive,
             group,
             name: name(),
-            free: BTreeSet::new(),
+            free: FreeIndex::default(),
             stats: PoolStats::default(),
             used: false,
         });
@@ -223,7 +223,7 @@ impl<B: Backend> Engine<B> {
             st.free_blocks.add(1);
         }
         let key = self.key(class);
-        self.pools[pool as usize].free.insert((key, size, first));
+        self.pools[pool as usize].free.insert(key, size, first);
         index
     }
 
@@ -238,7 +238,7 @@ impl<B: Backend> Engine<B> {
             (s.pool as usize, s.class)
         };
         let key = self.key(class);
-        self.pools[pool].free.remove(&(key, size, b));
+        self.pools[pool].free.remove(key, size, b);
         let remainder = size - rounded;
         let split = match class {
             SegmentClass::Exclusive => false,
@@ -268,7 +268,7 @@ impl<B: Backend> Engine<B> {
             }
             self.blocks[b as usize].next = rest;
             self.blocks[b as usize].size = rounded;
-            self.pools[pool].free.insert((key, remainder, rest));
+            self.pools[pool].free.insert(key, remainder, rest);
             rounded
         } else {
             for st in [&mut self.total, &mut self.pools[pool].stats] {
@@ -360,29 +360,31 @@ impl<B: Backend> Engine<B> {
             st.cached_bytes.add(size);
             st.free_blocks.add(1);
         }
-        // Coalesce with the next, then the previous neighbour.
+        // Coalesce with the next, then the previous neighbour. Only the
+        // neighbour is in the free index: the block being freed is not yet.
         let mut merged = b;
         let next = self.blocks[merged as usize].next;
         if next != NONE && self.blocks[next as usize].state == BlockState::Free {
-            self.merge(merged, next, pool, key);
+            let next_size = self.blocks[next as usize].size;
+            self.pools[pool].free.remove(key, next_size, next);
+            self.merge(merged, next, pool);
         }
         let prev = self.blocks[merged as usize].prev;
         if prev != NONE && self.blocks[prev as usize].state == BlockState::Free {
-            self.merge(prev, merged, pool, key);
+            let prev_size = self.blocks[prev as usize].size;
+            self.pools[pool].free.remove(key, prev_size, prev);
+            self.merge(prev, merged, pool);
             merged = prev;
         }
         let size = self.blocks[merged as usize].size;
-        self.pools[pool].free.insert((key, size, merged));
+        self.pools[pool].free.insert(key, size, merged);
         self.trim_cache();
     }
 
-    /// Merges free block `b` (right neighbour of `a`) into `a`, taking both out
-    /// of the free index (the block being freed is not in it yet); the caller
-    /// indexes the merged block.
-    fn merge(&mut self, a: u32, b: u32, pool: usize, key: u8) {
-        let (a_size, b_size) = (self.blocks[a as usize].size, self.blocks[b as usize].size);
-        self.pools[pool].free.remove(&(key, a_size, a));
-        self.pools[pool].free.remove(&(key, b_size, b));
+    /// Absorbs free block `b` into its free predecessor `a`; neither is in
+    /// the free index (the caller took them out).
+    fn merge(&mut self, a: u32, b: u32, pool: usize) {
+        let b_size = self.blocks[b as usize].size;
         let b_next = self.blocks[b as usize].next;
         let b_dirty = self.blocks[b as usize].dirty;
         let block = &mut self.blocks[a as usize];
@@ -417,7 +419,7 @@ impl<B: Backend> Engine<B> {
                 BlockState::Free => {
                     free_blocks += 1;
                     let size = block.size;
-                    self.pools[pool].free.remove(&(key, size, b));
+                    self.pools[pool].free.remove(key, size, b);
                 }
                 BlockState::Pending => pending_blocks += 1,
                 BlockState::Live | BlockState::Vacant => {

@@ -1,0 +1,105 @@
+//! The free blocks of one usage pool, ordered for best fit: by class key,
+//! then size, then block index (so among equal sizes the lowest index wins).
+//!
+//! Each entry is packed into one `u128` (key in bits 96–103, size in 32–95,
+//! index in 0–31), whose integer order is the order of the
+//! `(key, size, index)` tuple: a B-tree node compares one integer per entry
+//! instead of three fields, which is most of what allocate + free costs in
+//! the engine (`core/benches/hot_path.rs`).
+
+use std::collections::BTreeSet;
+
+#[derive(Debug, Default)]
+pub(super) struct FreeIndex(BTreeSet<u128>);
+
+fn pack(key: u8, size: u64, index: u32) -> u128 {
+    (key as u128) << 96 | (size as u128) << 32 | index as u128
+}
+
+fn unpack(e: u128) -> (u8, u64, u32) {
+    ((e >> 96) as u8, (e >> 32) as u64, e as u32)
+}
+
+impl FreeIndex {
+    pub(super) fn insert(&mut self, key: u8, size: u64, index: u32) {
+        self.0.insert(pack(key, size, index));
+    }
+
+    pub(super) fn remove(&mut self, key: u8, size: u64, index: u32) {
+        self.0.remove(&pack(key, size, index));
+    }
+
+    pub(super) fn contains(&self, key: u8, size: u64, index: u32) -> bool {
+        self.0.contains(&pack(key, size, index))
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// The smallest free block of class `key` that holds `size` bytes, as
+    /// (its size, its index).
+    pub(super) fn best_fit(&self, key: u8, size: u64) -> Option<(u64, u32)> {
+        let start = pack(key, size, 0);
+        let end = pack(key.wrapping_add(1), 0, 0);
+        let e = if key == u8::MAX {
+            self.0.range(start..).next()
+        } else {
+            self.0.range(start..end).next()
+        };
+        e.map(|&e| {
+            let (_, size, index) = unpack(e);
+            (size, index)
+        })
+    }
+
+    /// The largest free block of any class.
+    pub(super) fn largest(&self) -> Option<u64> {
+        self.0.iter().map(|&e| unpack(e).1).max()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn packed_order_is_the_tuple_order() {
+        let entries = [
+            (0u8, 5u64, 7u32),
+            (0, 5, 2),
+            (0, u64::MAX, 0),
+            (1, 0, u32::MAX),
+            (1, 1 << 40, 3),
+            (2, 256, 1),
+            (u8::MAX, 1, 1),
+        ];
+        let mut tuples = entries.to_vec();
+        tuples.sort();
+        let mut packed: Vec<u128> = entries.iter().map(|&(k, s, i)| pack(k, s, i)).collect();
+        packed.sort();
+        let unpacked: Vec<_> = packed.into_iter().map(unpack).collect();
+        assert_eq!(unpacked, tuples);
+    }
+
+    #[test]
+    fn best_fit_stays_in_its_class() {
+        let mut f = FreeIndex::default();
+        f.insert(1, 4096, 9);
+        f.insert(1, 4096, 3);
+        f.insert(1, 1 << 20, 4);
+        f.insert(2, 512, 5);
+        assert_eq!(f.best_fit(1, 4000), Some((4096, 3)));
+        assert_eq!(f.best_fit(1, 8192), Some((1 << 20, 4)));
+        assert_eq!(
+            f.best_fit(1, 2 << 20),
+            None,
+            "class 2's block is not class 1's"
+        );
+        assert_eq!(f.best_fit(2, 1), Some((512, 5)));
+        f.remove(1, 4096, 3);
+        assert_eq!(f.best_fit(1, 1), Some((4096, 9)));
+        assert!(f.contains(2, 512, 5) && !f.contains(1, 4096, 3));
+        assert_eq!((f.len(), f.largest()), (3, Some(1 << 20)));
+    }
+}
