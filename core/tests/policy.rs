@@ -285,6 +285,68 @@ fn a_new_medium_segment_holds_three_of_its_request() {
     assert_eq!(run(2), (32, 3));
 }
 
+#[test]
+fn a_configuration_saved_before_fullest_within_reads_as_best_fit() {
+    let mut saved = serde_json::to_value(Config::default()).unwrap();
+    for profile in ["without_limit", "under_limit"] {
+        let p = saved[profile].as_object_mut().unwrap();
+        assert!(p.remove("fullest_within").is_some());
+    }
+    let read: Config = serde_json::from_value(saved).unwrap();
+    assert_eq!(read.without_limit.fullest_within, 0.0);
+    assert_eq!(read.under_limit.fullest_within, 0.0);
+    assert_eq!(Config::default().without_limit.fullest_within, 1.0 / 16.0);
+    assert_eq!(Config::pytorch().without_limit.fullest_within, 0.0);
+    for bad in [-0.1, f64::NAN, f64::INFINITY] {
+        let mut config = Config::default();
+        config.without_limit.fullest_within = bad;
+        let why = config.validate().unwrap_err();
+        assert!(why.contains("without_limit.fullest_within"), "{why}");
+    }
+}
+
+#[test]
+fn a_large_request_takes_the_block_in_the_busiest_segment_near_the_best_fit() {
+    // Three cached large blocks: 61 MiB alone in its segment (the best fit
+    // for 58 MiB), 62 MiB beside one live block, 63 MiB beside two. The
+    // busiest segment within 1/16 of 61 MiB (64.8 MiB) serves; with a
+    // tolerance too small to reach it, the next busiest; with none, the best fit.
+    const MIB: u64 = 1 << 20;
+    let run = |within: f64| {
+        let mut config = Config::default();
+        config.without_limit.fullest_within = within;
+        let mut e = engine(config);
+        let lone = e.allocate(Request::new(61 * MIB, 0)).unwrap();
+        let one = e.allocate(Request::new(66 * MIB, 0)).unwrap();
+        let two = e.allocate(Request::new(71 * MIB, 0)).unwrap();
+        e.free(one.id).unwrap();
+        e.free(two.id).unwrap();
+        // Large requests (above H / 50 = 3.96 MiB) split the cached blocks,
+        // best fit: 4 MiB into the 66 MiB block; 63 MiB into the 71 MiB one
+        // and 4 MiB twice into what it leaves, then the 63 MiB is freed.
+        let a = e.allocate(Request::new(4 * MIB, 0)).unwrap();
+        let b = e.allocate(Request::new(63 * MIB, 0)).unwrap();
+        let c = e.allocate(Request::new(4 * MIB, 0)).unwrap();
+        let d = e.allocate(Request::new(4 * MIB, 0)).unwrap();
+        e.free(b.id).unwrap();
+        assert_eq!(a.segment, one.segment);
+        assert_eq!([b.segment, c.segment, d.segment], [two.segment; 3]);
+        e.free(lone.id).unwrap();
+        let got = e.allocate(Request::new(58 * MIB, 0)).unwrap().segment;
+        [lone.segment, one.segment, two.segment]
+            .iter()
+            .position(|&s| s == got)
+            .unwrap()
+    };
+    assert_eq!(run(1.0 / 16.0), 2, "two live blocks beat one and none");
+    assert_eq!(
+        run(0.02),
+        1,
+        "63 MiB is beyond 2 % of 61 MiB; 62 MiB is not"
+    );
+    assert_eq!(run(0.0), 0, "best fit alone");
+}
+
 /// [`guarded`] without [`Config::pack_before_release`], to show the churn
 /// limit alone.
 fn unpacked() -> Config {

@@ -40,14 +40,20 @@ impl FreeIndex {
     /// The smallest free block of class `key` that holds `size` bytes, as
     /// (its size, its index).
     pub(super) fn best_fit(&self, key: u8, size: u64) -> Option<(u64, u32)> {
+        self.fits(key, size).next()
+    }
+
+    /// The free blocks of class `key` that hold `size` bytes, smallest
+    /// first, as (size, index).
+    pub(super) fn fits(&self, key: u8, size: u64) -> impl Iterator<Item = (u64, u32)> + '_ {
         let start = pack(key, size, 0);
         let end = pack(key.wrapping_add(1), 0, 0);
-        let e = if key == u8::MAX {
-            self.0.range(start..).next()
+        let range = if key == u8::MAX {
+            self.0.range(start..)
         } else {
-            self.0.range(start..end).next()
+            self.0.range(start..end)
         };
-        e.map(|&e| {
+        range.map(|&e| {
             let (_, size, index) = unpack(e);
             (size, index)
         })

@@ -183,12 +183,13 @@ impl<B: Backend> Engine<B> {
         self.find_free_by(pool, class, rounded, Fit::Placement)
     }
 
-    /// [`Engine::find_free`] with a large block held to `fit`.
+    /// [`Engine::find_free`] with a large block held to `fit`; among large
+    /// blocks, the one in the busiest segment within
+    /// [`Placement::fullest_within`] of the best fit.
     fn find_free_by(&self, pool: u16, class: SegmentClass, rounded: u64, fit: Fit) -> Option<u32> {
         let p = &self.pools[pool as usize];
         let key = self.key(class);
-        let (size, index) = p.free.best_fit(key, rounded)?;
-        let too_big = match class {
+        let refused = |size: u64| match class {
             SegmentClass::Exclusive => size > rounded + rounded / 4,
             SegmentClass::Large if fit == Fit::Any => false,
             SegmentClass::Large => {
@@ -201,10 +202,35 @@ impl<B: Backend> Engine<B> {
             }
             _ => false,
         };
-        if too_big {
+        let (size, index) = p.free.best_fit(key, rounded)?;
+        if refused(size) {
             return None;
         }
-        Some(index)
+        let within = self.placement().fullest_within;
+        if class != SegmentClass::Large || within <= 0.0 {
+            return Some(index);
+        }
+        let limit = size.saturating_add((size as f64 * within) as u64);
+        let live = |b: u32| {
+            let segment = self.blocks[b as usize].segment as usize;
+            self.segments[segment].as_ref().map_or(0, |s| s.live)
+        };
+        let mut best = (live(index), index);
+        for (size, b) in p
+            .free
+            .fits(key, rounded)
+            .skip(1)
+            .take(Placement::FULLEST_CANDIDATES - 1)
+        {
+            if size > limit || refused(size) {
+                break;
+            }
+            let l = live(b);
+            if l > best.0 {
+                best = (l, b);
+            }
+        }
+        Some(best.1)
     }
 
     /// Whether a cached large block is too big to be split freely: pinning it
