@@ -13,6 +13,9 @@ fn hot_path(c: &mut Criterion) {
         ("64KiB", 64 << 10),
         ("1MiB", 1 << 20),
         ("16MiB", 16 << 20),
+        // Large with 16 GiB live around it (above H / 50's 192 MiB cap): the
+        // class whose lookups go through `Placement::fullest_within`.
+        ("256MiB", 256 << 20),
     ] {
         // A warm pool with 64 live blocks around, so the free index is not trivial.
         let mut e = Engine::new(SimulatedDevice::new(64 << 30), Config::default()).unwrap();

@@ -64,7 +64,7 @@ pub enum LimitKind {
     /// would pass it (shrink the segment, release cached segments, take any
     /// cached block, then fail). A ceiling the workload never reaches
     /// changes nothing; near peak live it fails sooner than a budget (on
-    /// the corpus, OOMs at 1.1 × peak live on 19 of 54 rows, a budget on none,
+    /// the corpus, OOMs at 1.1 × peak live on 17 of 54 rows, a budget on none,
     /// PyTorch's scheme on 35).
     Ceiling,
 }
@@ -171,10 +171,12 @@ pub struct Placement {
     /// release them, and leaves fewer free gaps in partly live segments at
     /// the peak. 0 is best fit alone, as in PyTorch's allocator, and is what a
     /// configuration saved without the field reads as. Without a limit
-    /// 1/16: on the corpus as recorded the rows missing the no-limit target
-    /// went from 15 to 14 of 63, and from 92 to 84 of the 315 resized ×
-    /// 0.75–1.25; preferring the *emptiest* segment instead made them 23 and
-    /// 115 (BENCHMARKS.md, "The fullest segment first").
+    /// 1/16 (with no limit or under a ceiling): on the corpus as recorded
+    /// the rows missing the no-limit target went from 15 to 14 of 63, and
+    /// from 92 to 84 of the 315 resized × 0.75–1.25 (no gain on sizes
+    /// jittered apart: 551 → 553 of 1 512); preferring the segment with the
+    /// *fewest* live blocks instead (at 5 %) made them 22 and 112
+    /// (BENCHMARKS.md, "The fullest segment first").
     ///
     /// ```
     /// use vrampool::{Config, Engine, Request, SimulatedDevice};
@@ -246,8 +248,10 @@ impl Placement {
 
     /// For a pool that grows on demand: shared segments that follow the
     /// workload, and any cached block split for a smaller request (best fit,
-    /// as in PyTorch's allocator; no split guard: with one, the corpus missed
-    /// the standing targets on more rows, resized or not). Every size scales with
+    /// as in PyTorch's allocator, except that among large blocks near the best
+    /// fit the busiest segment's serves, see [`Placement::fullest_within`]; no
+    /// split guard: with one, the corpus missed the standing targets on more
+    /// rows, resized or not). Every size scales with
     /// the most bytes the workload ever allocated (its high water H): requests
     /// above H / 50 (at most 192 MiB) get their own segment; a medium segment
     /// is H / 32 (at least three times the request, up to 384 MiB); small segments
@@ -262,7 +266,7 @@ impl Placement {
     /// 1.14 ×; with medium segments of at least three requests rather than
     /// two (and the headroom's floor at 8 MiB), 15 of the 63 rows instead of
     /// 18, and 92 of the 315 rows of the corpus resized × 0.75–1.25 instead
-    /// of 103 (BENCHMARKS.md).
+    /// of 103; and with the fullest segment first, 14 and 84 (BENCHMARKS.md).
     pub fn without_limit() -> Self {
         Placement {
             small_request: 1 << 20,

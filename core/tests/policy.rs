@@ -347,6 +347,32 @@ fn a_large_request_takes_the_block_in_the_busiest_segment_near_the_best_fit() {
     assert_eq!(run(0.0), 0, "best fit alone");
 }
 
+#[test]
+fn with_fullest_within_zero_equal_blocks_go_by_best_fit_alone() {
+    // Two cached 61 MiB blocks: one alone in its segment (indexed first), one
+    // beside a live 5 MiB block. At 0 the first serves, as best fit orders
+    // equal sizes; with the default the busier segment's does.
+    const MIB: u64 = 1 << 20;
+    let run = |within: f64| {
+        let mut config = Config::default();
+        config.without_limit.fullest_within = within;
+        let mut e = engine(config);
+        let lone = e.allocate(Request::new(61 * MIB, 0)).unwrap();
+        let shared = e.allocate(Request::new(66 * MIB, 0)).unwrap();
+        e.free(shared.id).unwrap();
+        // Large (above H / 50 = 2.54 MiB), and the only cached block is the
+        // 66 MiB one: 5 MiB takes its front and leaves 61 MiB.
+        let small = e.allocate(Request::new(5 * MIB, 0)).unwrap();
+        assert_eq!(small.segment, shared.segment);
+        e.free(lone.id).unwrap();
+        let got = e.allocate(Request::new(58 * MIB, 0)).unwrap().segment;
+        assert!(got == lone.segment || got == shared.segment);
+        got == lone.segment
+    };
+    assert!(run(0.0), "equal sizes: the lower index, the lone segment");
+    assert!(!run(1.0 / 16.0), "the segment with a live block");
+}
+
 /// [`guarded`] without [`Config::pack_before_release`], to show the churn
 /// limit alone.
 fn unpacked() -> Config {

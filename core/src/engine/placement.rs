@@ -122,8 +122,10 @@ impl<B: Backend> Engine<B> {
     /// make room (see [`Config::pack_before_release`](crate::Config::pack_before_release)):
     /// the smallest cached block that holds `rounded` in the request's class,
     /// then (small and medium requests) among large blocks, whatever size it
-    /// is. The split guard and `large_fit` do not apply: the alternative is
-    /// releasing a free block only to create another.
+    /// is (among large blocks, the busiest segment's near the smallest, as
+    /// [`Placement::fullest_within`] says). The split guard and `large_fit`
+    /// do not apply: the alternative is releasing a free block only to create
+    /// another.
     pub(super) fn find_any_fit(&self, pool: u16, class: SegmentClass, rounded: u64) -> Option<u32> {
         match class {
             SegmentClass::Small | SegmentClass::Medium | SegmentClass::Large => {
@@ -136,7 +138,9 @@ impl<B: Backend> Engine<B> {
     /// The last place a request may go before it fails out of memory (see
     /// [`Config::any_block_before_oom`](crate::Config::any_block_before_oom)):
     /// the smallest cached block of any shared class (small, medium, large)
-    /// in its pool that holds it, whatever the class and fit rules say.
+    /// in its pool that holds it, whatever the class and fit rules say (of
+    /// the large ones, the one [`Placement::fullest_within`] picks near the
+    /// smallest).
     pub(super) fn find_last_resort(
         &self,
         pool: u16,
@@ -202,7 +206,8 @@ impl<B: Backend> Engine<B> {
             }
             _ => false,
         };
-        let (size, index) = p.free.best_fit(key, rounded)?;
+        let mut fits = p.free.fits(key, rounded);
+        let (size, index) = fits.next()?;
         if refused(size) {
             return None;
         }
@@ -216,12 +221,7 @@ impl<B: Backend> Engine<B> {
             self.segments[segment].as_ref().map_or(0, |s| s.live)
         };
         let mut best = (live(index), index);
-        for (size, b) in p
-            .free
-            .fits(key, rounded)
-            .skip(1)
-            .take(Placement::FULLEST_CANDIDATES - 1)
-        {
+        for (size, b) in fits.take(Placement::FULLEST_CANDIDATES - 1) {
             if size > limit || refused(size) {
                 break;
             }
