@@ -305,6 +305,13 @@ fn a_configuration_saved_before_fullest_within_reads_as_best_fit() {
     }
 }
 
+/// The default engine with `Placement::fullest_within` set to `within`.
+fn with_fullest_within(within: f64) -> Engine<SimulatedDevice> {
+    let mut config = Config::default();
+    config.without_limit.fullest_within = within;
+    engine(config)
+}
+
 #[test]
 fn a_large_request_takes_the_block_in_the_busiest_segment_near_the_best_fit() {
     // Three cached large blocks: 61 MiB alone in its segment (the best fit
@@ -313,9 +320,7 @@ fn a_large_request_takes_the_block_in_the_busiest_segment_near_the_best_fit() {
     // tolerance too small to reach it, the next busiest; with none, the best fit.
     const MIB: u64 = 1 << 20;
     let run = |within: f64| {
-        let mut config = Config::default();
-        config.without_limit.fullest_within = within;
-        let mut e = engine(config);
+        let mut e = with_fullest_within(within);
         let lone = e.allocate(Request::new(61 * MIB, 0)).unwrap();
         let one = e.allocate(Request::new(66 * MIB, 0)).unwrap();
         let two = e.allocate(Request::new(71 * MIB, 0)).unwrap();
@@ -354,9 +359,7 @@ fn with_fullest_within_zero_equal_blocks_go_by_best_fit_alone() {
     // equal sizes; with the default the busier segment's does.
     const MIB: u64 = 1 << 20;
     let run = |within: f64| {
-        let mut config = Config::default();
-        config.without_limit.fullest_within = within;
-        let mut e = engine(config);
+        let mut e = with_fullest_within(within);
         let lone = e.allocate(Request::new(61 * MIB, 0)).unwrap();
         let shared = e.allocate(Request::new(66 * MIB, 0)).unwrap();
         e.free(shared.id).unwrap();
