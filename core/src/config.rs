@@ -170,8 +170,8 @@ pub struct Placement {
     /// the busiest segments lets the others empty, so the soft headroom can
     /// release them, and leaves fewer free gaps in partly live segments at
     /// the peak. 0 is best fit alone, as in PyTorch's allocator, and is what a
-    /// configuration saved without the field reads as. Without a limit
-    /// 1/16 (with no limit or under a ceiling): on the corpus as recorded
+    /// configuration saved without the field reads as. 1/16 with no limit
+    /// or under a ceiling (0 under a budget): on the corpus as recorded
     /// the rows missing the no-limit target went from 15 to 14 of 63, and
     /// from 92 to 84 of the 315 resized × 0.75–1.25 (no gain on sizes
     /// jittered apart: 551 → 553 of 1 512); preferring the segment with the
