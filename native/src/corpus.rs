@@ -357,6 +357,9 @@ fn show_variant((scale, resize, jitter): Variant) -> String {
 
 fn summarize(rows: &[Row], resize: &[f64], jitter: &[u64], budgets: bool) -> Summary {
     let count = |f: fn(&Missed) -> bool| rows.iter().filter(|r| f(&r.missed)).count();
+    // Rows of one variant (a resize factor, a jitter seed) that miss R.
+    let reserved_where =
+        |keep: &dyn Fn(&Row) -> bool| rows.iter().filter(|r| keep(r) && r.missed.reserved).count();
     let n = rows.len().max(1) as f64;
     // `+ 0.0`: an empty sum of f64 is -0.0.
     let full_ms =
@@ -369,19 +372,11 @@ fn summarize(rows: &[Row], resize: &[f64], jitter: &[u64], budgets: bool) -> Sum
         missing_bytes: count(|m| m.bytes),
         missing_reserved_by_resize: resize
             .iter()
-            .map(|&f| {
-                rows.iter()
-                    .filter(|r| r.resize == f && r.missed.reserved)
-                    .count()
-            })
+            .map(|&f| reserved_where(&|r| r.resize == f))
             .collect(),
         missing_reserved_by_jitter: jitter
             .iter()
-            .map(|&j| {
-                rows.iter()
-                    .filter(|r| r.jitter == j && r.missed.reserved)
-                    .count()
-            })
+            .map(|&j| reserved_where(&|r| r.jitter == j))
             .collect(),
         mean_ratio: rows.iter().map(|r| r.vrampool.ratio).sum::<f64>() / n,
         pytorch_mean_ratio: rows.iter().map(|r| r.pytorch.ratio).sum::<f64>() / n,
