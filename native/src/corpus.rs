@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use serde::Serialize;
-use vrampool::trace::{DeviceCost, Missed, RowFigures, Targets, smallest_budget};
+use vrampool::trace::{DeviceCost, Foresight, Missed, RowFigures, Targets, smallest_budget};
 use vrampool::{Config, Engine, Limit, SimulatedDevice, Trace, fmt_bytes, replay};
 
 use crate::settings::configured;
@@ -62,6 +62,13 @@ pub struct CorpusArgs {
     /// Print every row, not only those that miss a target.
     #[arg(long)]
     all: bool,
+    /// Also plan each row with foresight (core's `trace::Foresight`: every
+    /// lifetime known in advance, each allocation given a fixed place in
+    /// segments made once) and hold that plan to the same targets: what a
+    /// pool that knew the future would reach, the yardstick for one that
+    /// does not. A few seconds a row at full size.
+    #[arg(long)]
+    foresight: bool,
     /// Simulated device memory in bytes (default: an H200's 141 GiB).
     #[arg(long, default_value_t = 141 << 30)]
     capacity: u64,
@@ -83,6 +90,26 @@ struct Row {
     missed: Missed,
     /// The missed targets' letters (`RMAB`), empty when none.
     missed_letters: String,
+    /// The vrampool policy's peak reserved came no later than the
+    /// workload's first peak of live bytes: it was set on the way there,
+    /// before any repetition of the workload could be learned from.
+    peak_by_first_live_peak: bool,
+    /// With `--foresight`: the static plan's figures and the targets it
+    /// misses against the PyTorch preset's (R, A, B; no budgets).
+    foresight: Option<ForesightRow>,
+}
+
+/// A row's static plan with foresight.
+#[derive(Serialize)]
+struct ForesightRow {
+    /// The plan's reserved bytes ÷ peak live.
+    ratio: f64,
+    /// Its segments: its device allocations, made once.
+    segments: usize,
+    /// The targets the plan misses (`RAB`), empty when none.
+    missed_letters: String,
+    #[serde(skip)]
+    missed: Missed,
 }
 
 /// One policy's figures on a row.
@@ -96,6 +123,10 @@ struct Figures {
     device_ms: f64,
     /// Device allocations at the smallest budget.
     device_allocs_at_min: Option<u64>,
+    /// Allocations replayed when reserved bytes first reached their peak.
+    peak_reserved_at: u64,
+    /// Allocations replayed when live bytes first reached their peak.
+    peak_live_at: u64,
 }
 
 /// The counts over all rows.
@@ -112,9 +143,25 @@ struct Summary {
     missing_reserved_by_jitter: Vec<usize>,
     mean_ratio: f64,
     pytorch_mean_ratio: f64,
+    /// Of the rows missing the reserved target, those whose peak reserved
+    /// came no later than the workload's first peak of live bytes.
+    missing_reserved_by_first_live_peak: usize,
+    /// With `--foresight`: the rows whose static plan misses the reserved
+    /// target, the allocations or the bytes target, and its mean ratio.
+    foresight: Option<ForesightSummary>,
     /// Estimated H200 device time of the full-size rows, ms.
     device_ms_full_size: f64,
     pytorch_device_ms_full_size: f64,
+}
+
+/// The counts of the static plans over all rows.
+#[derive(Serialize)]
+struct ForesightSummary {
+    missing_reserved: usize,
+    missing_allocations: usize,
+    missing_bytes: usize,
+    mean_ratio: f64,
+    most_segments: usize,
 }
 
 /// The trace files of `paths` (folders expanded), sorted within each folder.
@@ -200,6 +247,8 @@ fn figures(t: &Trace, config: &Config, a: &CorpusArgs) -> Result<Figures> {
         ratio: r.reserved_ratio,
         device_ms: DeviceCost::H200_VULKAN.of_replay(&r),
         device_allocs_at_min: min.map(|m| m.1),
+        peak_reserved_at: r.peak_reserved_at.unwrap_or_default(),
+        peak_live_at: r.peak_live_at.unwrap_or_default(),
     })
 }
 
@@ -239,6 +288,26 @@ fn row(
         budgets: a.min_budget,
     };
     let missed = targets.missed(&v.row, &p.row);
+    let foresight = if a.foresight {
+        let plan = Foresight::plan(&t, Config::default().alignment, a.max_buffer_size)?;
+        let row = RowFigures {
+            peak_live: t.peak_live,
+            peak_reserved: plan.reserved(),
+            device_allocs: plan.segments.len() as u64,
+            bytes_created: plan.reserved(),
+            min_budget: None,
+        };
+        let missed = targets.missed(&row, &p.row);
+        Some(ForesightRow {
+            ratio: plan.ratio(),
+            segments: plan.segments.len(),
+            missed_letters: missed.to_string(),
+            missed,
+        })
+    } else {
+        None
+    };
+    let peak_by_first_live_peak = v.peak_reserved_at <= v.peak_live_at;
     Ok(Row {
         trace: full.name.clone(),
         scale,
@@ -248,6 +317,8 @@ fn row(
         pytorch: p,
         missed,
         missed_letters: missed.to_string(),
+        peak_by_first_live_peak,
+        foresight,
     })
 }
 
@@ -380,9 +451,30 @@ fn summarize(rows: &[Row], resize: &[f64], jitter: &[u64], budgets: bool) -> Sum
             .collect(),
         mean_ratio: rows.iter().map(|r| r.vrampool.ratio).sum::<f64>() / n,
         pytorch_mean_ratio: rows.iter().map(|r| r.pytorch.ratio).sum::<f64>() / n,
+        missing_reserved_by_first_live_peak: rows
+            .iter()
+            .filter(|r| r.missed.reserved && r.peak_by_first_live_peak)
+            .count(),
+        foresight: foresight_summary(rows),
         device_ms_full_size: full_ms(|r| r.vrampool.device_ms),
         pytorch_device_ms_full_size: full_ms(|r| r.pytorch.device_ms),
     }
+}
+
+/// The counts of the rows' static plans, if they were made.
+fn foresight_summary(rows: &[Row]) -> Option<ForesightSummary> {
+    let plans: Vec<&ForesightRow> = rows.iter().filter_map(|r| r.foresight.as_ref()).collect();
+    if plans.is_empty() {
+        return None;
+    }
+    let count = |f: fn(&Missed) -> bool| plans.iter().filter(|p| f(&p.missed)).count();
+    Some(ForesightSummary {
+        missing_reserved: count(|m| m.reserved),
+        missing_allocations: count(|m| m.allocations),
+        missing_bytes: count(|m| m.bytes),
+        mean_ratio: plans.iter().map(|p| p.ratio).sum::<f64>() / plans.len() as f64,
+        most_segments: plans.iter().map(|p| p.segments).max().unwrap_or(0),
+    })
 }
 
 fn print_table(
@@ -397,8 +489,22 @@ fn print_table(
         (true, Some(m)) => format!(" {m:>6.3}"),
         (true, None) => "   > 4x".to_string(),
     };
+    let plan = |r: &Row| match &r.foresight {
+        None => String::new(),
+        Some(f) => format!(
+            "  {:>6.3} {:>4} {:<3}",
+            f.ratio,
+            f.segments,
+            if f.missed.any() {
+                f.missed_letters.as_str()
+            } else {
+                "—"
+            }
+        ),
+    };
+    let foresight = rows.iter().any(|r| r.foresight.is_some());
     outln!(
-        "{:<18} {:>5} {:>6} {:>6} {:>10} {:>15} {:>11} {:>21} {:>19}{} missed",
+        "{:<18} {:>5} {:>6} {:>6} {:>10} {:>15} {:>11} {:>21} {:>19}{}{} missed",
         "trace",
         "scale",
         "resize",
@@ -408,12 +514,17 @@ fn print_table(
         "allocs / pt",
         "created / pt",
         "device ms / pt",
-        if budgets { "  min budget / pt" } else { "" }
+        if budgets { "  min budget / pt" } else { "" },
+        if foresight {
+            "  plan: ratio segs missed"
+        } else {
+            ""
+        }
     );
     for r in rows.iter().filter(|r| all || r.missed.any()) {
         let (v, p) = (&r.vrampool, &r.pytorch);
         outln!(
-            "{:<18} {:>5} {:>6} {:>6} {:>10} {:>7.3} {:>7.3} {:>5} {:>5} {:>10} {:>10} {:>9.2} {:>9.2}{}{} {}",
+            "{:<18} {:>5} {:>6} {:>6} {:>10} {:>7.3} {:>7.3} {:>5} {:>5} {:>10} {:>10} {:>9.2} {:>9.2}{}{}{} {}",
             r.trace,
             format!("÷{}", r.scale),
             format!("×{}", r.resize),
@@ -433,6 +544,7 @@ fn print_table(
             p.device_ms,
             budget(v),
             budget(p),
+            plan(r),
             if r.missed.any() {
                 r.missed_letters.as_str()
             } else {
@@ -477,5 +589,21 @@ fn print_table(
         s.device_ms_full_size,
         s.pytorch_device_ms_full_size
     );
+    outln!(
+        "of the {} rows missing R, {} peak no later than the workload's first peak of live \
+         bytes (before a repetition could be learned from)",
+        s.missing_reserved,
+        s.missing_reserved_by_first_live_peak
+    );
+    if let Some(f) = &s.foresight {
+        outln!(
+            "planned with foresight: R {}, A {}, B {}; mean ratio {:.4}; at most {} segments",
+            f.missing_reserved,
+            f.missing_allocations,
+            f.missing_bytes,
+            f.mean_ratio,
+            f.most_segments
+        );
+    }
     Ok(())
 }

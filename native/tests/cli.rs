@@ -249,6 +249,41 @@ fn corpus_gives_the_figures_tables_rows_and_what_they_miss() {
 }
 
 #[test]
+fn corpus_plans_each_row_with_foresight_on_request() {
+    // lstm_train ÷64: the policy peaks above the no-limit bound, a static
+    // plan that knows every lifetime holds about peak live in one segment.
+    let v = json(
+        vrampool()
+            .args(["corpus", "--scales", "64", "--foresight"])
+            .arg(trace("lstm_train")),
+    );
+    let row = &v["rows"][0];
+    let plan = &row["foresight"];
+    assert!((1.0..1.01).contains(&f(&plan["ratio"])), "{plan}");
+    assert_eq!(plan["segments"], 1);
+    assert_eq!(plan["missed_letters"], "");
+    assert!(f(&row["vrampool"]["ratio"]) > f(&plan["ratio"]));
+    // Where the policy's peak came: an allocation of the replay, no later
+    // than the first peak of live bytes here (the sequences only grow).
+    let at = |k: &str| row["vrampool"][k].as_u64().unwrap();
+    assert!(at("peak_reserved_at") >= 1 && at("peak_reserved_at") <= at("peak_live_at"));
+    assert_eq!(row["peak_by_first_live_peak"], true);
+    let s = &v["summary"]["foresight"];
+    assert_eq!(
+        (s["missing_reserved"].as_u64(), s["most_segments"].as_u64()),
+        (Some(0), Some(1))
+    );
+    // Without the flag, no plan is made.
+    let plain = json(
+        vrampool()
+            .args(["corpus", "--scales", "64"])
+            .arg(trace("lstm_train")),
+    );
+    assert_eq!(plain["rows"][0]["foresight"], Value::Null);
+    assert_eq!(plain["summary"]["foresight"], Value::Null);
+}
+
+#[test]
 fn set_changes_the_vrampool_policy_in_corpus_and_replay_alike() {
     // No soft headroom: small_loop reserves more, and corpus and replay agree.
     let t = trace("small_loop");

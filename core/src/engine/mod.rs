@@ -197,6 +197,22 @@ impl<B: Backend> Engine<B> {
         &self.backend
     }
 
+    /// Bytes of device segments held now, PyTorch's
+    /// `torch.cuda.memory_reserved()`: what [`Engine::stats`] reports as
+    /// `total.reserved_bytes.current`, read without building the figures.
+    ///
+    /// ```
+    /// use vrampool::{Config, Engine, Request, SimulatedDevice};
+    /// let mut e = Engine::new(SimulatedDevice::new(1 << 30), Config::default())?;
+    /// let a = e.allocate(Request::new(1000, 0))?;
+    /// assert_eq!(e.reserved_bytes(), 2 << 20); // one small segment
+    /// assert_eq!(e.reserved_bytes(), e.stats().total.reserved_bytes.current);
+    /// # let _ = a; Ok::<(), vrampool::Error>(())
+    /// ```
+    pub fn reserved_bytes(&self) -> u64 {
+        self.total.reserved_bytes.current
+    }
+
     /// Sets or clears the hard limit. Cached memory above a lower limit is
     /// released at once; live memory is never touched. The limit is a budget
     /// or a ceiling as [`Config::limit_kind`](crate::Config::limit_kind) said

@@ -6,15 +6,19 @@
 //! - `replay.rs` — the one replay loop ([`Replayer`]) and [`replay`] over an engine;
 //! - `cost.rs` — what a replay's device churn would cost ([`DeviceCost`]);
 //! - `targets.rs` — the standing targets a replay is held to against a
-//!   baseline's ([`Targets`]).
+//!   baseline's ([`Targets`]);
+//! - `foresight.rs` — what the trace would need if every lifetime were known
+//!   in advance: a static plan ([`Foresight`]), the yardstick for a policy.
 
 mod cost;
+mod foresight;
 mod format;
 mod record;
 mod replay;
 mod targets;
 
 pub use cost::DeviceCost;
+pub use foresight::{Foresight, ForesightError, PlannedBlock};
 pub use format::{Action, HEADER, MAX_LINE, Trace, TraceError, TraceEvent};
 pub use record::Recorder;
 pub use replay::{

@@ -262,6 +262,17 @@ pub struct ReplayReport {
     pub elapsed_ns: u64,
     /// Wall time per allocate or free, nanoseconds.
     pub ns_per_op: f64,
+    /// Allocations replayed when reserved bytes first reached their peak
+    /// (`None` where the replay did not track it).
+    #[serde(default)]
+    pub peak_reserved_at: Option<u64>,
+    /// Allocations replayed when live bytes first reached their peak. With
+    /// [`ReplayReport::peak_reserved_at`] at or before it, the pool's peak
+    /// was set on the way to the workload's first peak, before any
+    /// repetition could teach it the workload's sizes and lifetimes
+    /// (`None` where the replay did not track it).
+    #[serde(default)]
+    pub peak_live_at: Option<u64>,
 }
 
 /// Replays `trace` through `engine`, allocating with `usage`. Allocations the
@@ -281,12 +292,21 @@ pub fn replay<B: Backend>(engine: &mut Engine<B>, trace: &Trace, usage: u32) -> 
     engine.reset_peak_stats();
     let mut replayer = Replayer::new(trace);
     let mut target = EngineTarget { engine, usage };
+    let (mut top_reserved, mut peak_reserved_at) = (0, 0);
+    let (mut top_live, mut peak_live_at) = (0, 0);
     let start = web_time::Instant::now();
     loop {
         match replayer.step(&mut target) {
             Ok(true) => {}
             Ok(false) => break,
             Err(e) => tracing::warn!("replay {}: {e}", trace.name),
+        }
+        let reserved = target.engine.reserved_bytes();
+        if reserved > top_reserved {
+            (top_reserved, peak_reserved_at) = (reserved, replayer.counts().allocs);
+        }
+        if replayer.live_bytes() > top_live {
+            (top_live, peak_live_at) = (replayer.live_bytes(), replayer.counts().allocs);
         }
     }
     let elapsed_ns = start.elapsed().as_nanos() as u64;
@@ -314,6 +334,8 @@ pub fn replay<B: Backend>(engine: &mut Engine<B>, trace: &Trace, usage: u32) -> 
         retries: c.alloc_retries - before.alloc_retries,
         elapsed_ns,
         ns_per_op: elapsed_ns as f64 / (counts.allocs + counts.frees).max(1) as f64,
+        peak_reserved_at: Some(peak_reserved_at),
+        peak_live_at: Some(peak_live_at),
     }
 }
 

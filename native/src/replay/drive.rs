@@ -185,6 +185,9 @@ fn drive<P: Policy>(
             retries: f.retries - before.retries,
             elapsed_ns: busy_ns as u64,
             ns_per_op: busy_ns as f64 / (counts.allocs + counts.frees).max(1) as f64,
+            // Peaks are read at samples here, not at every operation.
+            peak_reserved_at: None,
+            peak_live_at: None,
         },
         samples,
         summary,

@@ -1,0 +1,293 @@
+//! What a trace would need with foresight: every allocation's lifetime known
+//! before the first one is made, so that each gets a fixed place in a few
+//! segments created once and never released — the static memory plan an ML
+//! compiler makes for a graph whose tensors it knows (TensorFlow Lite's arena
+//! planner; Pisarchyk & Lee, "Efficient Memory Management for Deep Neural Net
+//! Inference", 2020). No pool serving requests as they come can know this;
+//! the plan is the yardstick for one that does not: the part of a policy's
+//! peak reserved above the plan's is the price of not knowing the future,
+//! and the plan's own part above peak live is what the trace itself costs.
+//!
+//! Architecture invariant: like the replay loop, the plan knows nothing of
+//! engines or devices; it reads a [`Trace`] and returns figures.
+
+use std::fmt;
+
+use super::format::{Action, Trace};
+
+/// One allocation of a trace, placed by [`Foresight::plan`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PlannedBlock {
+    /// The index of its `allocate` event in [`Trace::events`].
+    pub first_event: usize,
+    /// The index of its `free` event (the trace's length if it is never
+    /// freed): the block is live for `first_event..last_event`.
+    pub last_event: usize,
+    /// Its planned segment, an index into [`Foresight::segments`].
+    pub segment: usize,
+    /// Its offset in the segment (a multiple of the alignment).
+    pub offset: u64,
+    /// Its size, rounded up to the alignment.
+    pub size: u64,
+}
+
+impl PlannedBlock {
+    /// Whether the two are live at the same time.
+    pub fn overlaps_in_time(&self, other: &PlannedBlock) -> bool {
+        self.first_event < other.last_event && other.first_event < self.last_event
+    }
+}
+
+/// A static plan of a whole trace: where every allocation goes, in segments
+/// made once (see the module's documentation).
+///
+/// ```
+/// use vrampool::Trace;
+/// use vrampool::trace::Foresight;
+/// // A 4 KiB tensor, freed, then an 8 KiB one: they can share their bytes.
+/// let csv = "Thread,Time,Action,Pointer,Size,Stream\n\
+///            0,0,allocate,0x10,4096,0x0\n0,0,free,0x10,4096,0x0\n\
+///            0,0,allocate,0x20,8192,0x0\n0,0,free,0x20,8192,0x0\n";
+/// let trace = Trace::parse("tiny", csv.as_bytes())?;
+/// let plan = Foresight::plan(&trace, 256, 1 << 30)?;
+/// assert_eq!(plan.segments, vec![8192]);
+/// assert_eq!(plan.reserved(), trace.peak_live);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Foresight {
+    /// Peak live bytes of the trace (requested sizes).
+    pub peak_live: u64,
+    /// The size of each planned segment: one device buffer each, created
+    /// once and held to the end.
+    pub segments: Vec<u64>,
+    /// Every allocation of the trace, in the order of its events.
+    pub blocks: Vec<PlannedBlock>,
+}
+
+/// Why a trace cannot be planned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ForesightError {
+    /// The alignment is not a power of two.
+    Alignment(u64),
+    /// An allocation is larger than the largest segment allowed.
+    TooLarge {
+        /// The trace line of the allocation.
+        line: u64,
+        /// Its size, rounded up to the alignment.
+        size: u64,
+        /// The largest segment allowed.
+        max_segment: u64,
+    },
+}
+
+impl fmt::Display for ForesightError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ForesightError::Alignment(a) => {
+                write!(f, "the alignment must be a power of two, got {a}")
+            }
+            ForesightError::TooLarge {
+                line,
+                size,
+                max_segment,
+            } => write!(
+                f,
+                "line {line}: an allocation of {} does not fit in a segment of at most {}; \
+                 give a larger largest segment, or scale the trace down",
+                crate::fmt_bytes(*size),
+                crate::fmt_bytes(*max_segment)
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ForesightError {}
+
+/// Events per bucket of the time index: a block is listed in every bucket
+/// its lifetime touches, so the blocks live beside a new one are found by
+/// reading the buckets of its own lifetime.
+const BUCKET: usize = 512;
+
+/// The sort key of an order the planner tries (smallest first).
+type OrderKey = fn(&PlannedBlock) -> (u64, u64);
+
+impl Foresight {
+    /// Plans `trace`: every allocation's size rounded up to `alignment`,
+    /// segments of at most `max_segment` bytes (a device's
+    /// `max_buffer_size`).
+    ///
+    /// Greedy, as TensorFlow Lite's planner: the allocations are taken in
+    /// an order, and each goes where it raises the planned total least —
+    /// the smallest gap between the blocks already placed beside it in time
+    /// that holds it, else the top of the segment it raises least, else a
+    /// new segment. Three orders are tried (largest first, longest-lived
+    /// first, first allocated first) and the plan that reserves least is
+    /// kept: on the corpus, largest first wins on most traces, the others
+    /// on a few (`llm_decode`'s growing KV cache, for one). The result is a
+    /// plan a clairvoyant pool could follow, not the least memory any plan
+    /// could reach: it is at least the trace's peak live (rounded), and on
+    /// the corpus within 1.08 × of it (BENCHMARKS.md).
+    pub fn plan(
+        trace: &Trace,
+        alignment: u64,
+        max_segment: u64,
+    ) -> Result<Foresight, ForesightError> {
+        if alignment == 0 || !alignment.is_power_of_two() {
+            return Err(ForesightError::Alignment(alignment));
+        }
+        let blocks = lifetimes(trace, alignment, max_segment)?;
+        let orders: [OrderKey; 3] = [
+            |b| (u64::MAX - b.size, b.first_event as u64),
+            |b| {
+                (
+                    u64::MAX - (b.last_event - b.first_event) as u64,
+                    u64::MAX - b.size,
+                )
+            },
+            |b| (b.first_event as u64, 0),
+        ];
+        let mut best: Option<Foresight> = None;
+        for key in orders {
+            let mut order: Vec<usize> = (0..blocks.len()).collect();
+            order.sort_by_key(|&i| key(&blocks[i]));
+            let plan = place(trace, blocks.clone(), &order, max_segment);
+            if best.as_ref().is_none_or(|b| plan.reserved() < b.reserved()) {
+                best = Some(plan);
+            }
+        }
+        Ok(best.unwrap_or(Foresight {
+            peak_live: trace.peak_live,
+            segments: Vec::new(),
+            blocks: Vec::new(),
+        }))
+    }
+
+    /// Bytes the plan reserves: the sum of its segments, held from the
+    /// first allocation to the last (so also its bytes created).
+    pub fn reserved(&self) -> u64 {
+        self.segments.iter().sum()
+    }
+
+    /// [`Foresight::reserved`] ÷ peak live (0 for an empty trace).
+    pub fn ratio(&self) -> f64 {
+        if self.peak_live == 0 {
+            0.0
+        } else {
+            self.reserved() as f64 / self.peak_live as f64
+        }
+    }
+}
+
+/// Every allocation of `trace` with its lifetime, unplaced.
+fn lifetimes(
+    trace: &Trace,
+    alignment: u64,
+    max_segment: u64,
+) -> Result<Vec<PlannedBlock>, ForesightError> {
+    let mut live = std::collections::HashMap::new();
+    let mut blocks = Vec::with_capacity(trace.allocations());
+    for (i, e) in trace.events.iter().enumerate() {
+        match e.action {
+            Action::Allocate => {
+                let size = e.size.max(1).div_ceil(alignment) * alignment;
+                if size > max_segment {
+                    return Err(ForesightError::TooLarge {
+                        line: e.line,
+                        size,
+                        max_segment,
+                    });
+                }
+                live.insert(e.pointer, blocks.len());
+                blocks.push(PlannedBlock {
+                    first_event: i,
+                    last_event: trace.events.len(),
+                    segment: 0,
+                    offset: 0,
+                    size,
+                });
+            }
+            Action::Free => {
+                // A validated trace frees only live pointers.
+                if let Some(k) = live.remove(&e.pointer) {
+                    blocks[k].last_event = i;
+                }
+            }
+        }
+    }
+    Ok(blocks)
+}
+
+/// Places `blocks` in `order` (see [`Foresight::plan`]).
+fn place(
+    trace: &Trace,
+    mut blocks: Vec<PlannedBlock>,
+    order: &[usize],
+    max_segment: u64,
+) -> Foresight {
+    let buckets_of = |b: &PlannedBlock| {
+        b.first_event / BUCKET..=(b.last_event.max(b.first_event + 1) - 1) / BUCKET
+    };
+    let mut buckets: Vec<Vec<u32>> = vec![Vec::new(); trace.events.len() / BUCKET + 1];
+    let mut segments: Vec<u64> = Vec::new();
+    // The last block each placed block was found beside, so it is read once.
+    let mut seen = vec![u32::MAX; blocks.len()];
+    let mut beside: Vec<(usize, u64, u64)> = Vec::new();
+    for (n, &i) in order.iter().enumerate() {
+        let b = blocks[i];
+        beside.clear();
+        for k in buckets_of(&b) {
+            for &j in &buckets[k] {
+                let j = j as usize;
+                if seen[j] != n as u32 && blocks[j].overlaps_in_time(&b) {
+                    seen[j] = n as u32;
+                    let o = &blocks[j];
+                    beside.push((o.segment, o.offset, o.offset + o.size));
+                }
+            }
+        }
+        beside.sort_unstable();
+        // The least raise of its segment's top, then the smallest gap.
+        let mut best: Option<(u64, u64, usize, u64)> = None;
+        let mut k = 0;
+        for (s, &top) in segments.iter().enumerate() {
+            let mut consider = |lo: u64, hi: u64| {
+                if hi >= lo + b.size && lo + b.size <= max_segment {
+                    let raise = (lo + b.size).saturating_sub(top);
+                    let gap = if raise > 0 { u64::MAX } else { hi - lo };
+                    if best.is_none_or(|(r, g, _, _)| (raise, gap) < (r, g)) {
+                        best = Some((raise, gap, s, lo));
+                    }
+                }
+            };
+            let mut end = 0;
+            while k < beside.len() && beside[k].0 == s {
+                let (_, lo, hi) = beside[k];
+                if lo > end {
+                    consider(end, lo);
+                }
+                end = end.max(hi);
+                k += 1;
+            }
+            consider(end, max_segment.max(end));
+        }
+        let (segment, offset) = match best {
+            Some((_, _, s, offset)) => (s, offset),
+            None => {
+                segments.push(0);
+                (segments.len() - 1, 0)
+            }
+        };
+        blocks[i].segment = segment;
+        blocks[i].offset = offset;
+        segments[segment] = segments[segment].max(offset + b.size);
+        for k in buckets_of(&b) {
+            buckets[k].push(i as u32);
+        }
+    }
+    Foresight {
+        peak_live: trace.peak_live,
+        segments,
+        blocks,
+    }
+}
