@@ -53,9 +53,18 @@ impl FreeIndex {
         })
     }
 
-    /// The largest free block of any class.
+    /// The largest free block of any class: the last entry of each class
+    /// (the index is ordered by class, then size), found by stepping back
+    /// from one class to the one below, so a few lookups, not a walk.
     pub(super) fn largest(&self) -> Option<u64> {
-        self.0.iter().map(|&e| unpack(e).1).max()
+        let mut largest = None;
+        let mut below = self.0.last().copied();
+        while let Some(e) = below {
+            let (key, size, _) = unpack(e);
+            largest = largest.max(Some(size));
+            below = self.0.range(..pack(key, 0, 0)).next_back().copied();
+        }
+        largest
     }
 }
 
@@ -105,5 +114,28 @@ mod tests {
         assert_eq!(best_fit(&f, 1, 1), Some((4096, 9)));
         assert!(f.contains(2, 512, 5) && !f.contains(1, 4096, 3));
         assert_eq!((f.len(), f.largest()), (3, Some(1 << 20)));
+    }
+
+    #[test]
+    fn the_largest_block_is_found_in_whichever_class_holds_it() {
+        let mut f = FreeIndex::default();
+        assert_eq!(f.largest(), None);
+        // Every class, sizes that grow and shrink from class to class: the
+        // largest is the walk's answer whatever class it sits in.
+        let mut x = 0x9E37_79B9u64;
+        let mut walked = 0;
+        for i in 0..2000u32 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let key = [0u8, 1, 2, 4, u8::MAX][(x % 5) as usize];
+            let size = (x >> 8) % (1 << (10 + key as u32 % 30));
+            f.insert(key, size, i);
+            walked = walked.max(size);
+            assert_eq!(f.largest(), Some(walked), "after {i} inserts");
+        }
+        f.0.retain(|&e| unpack(e).0 != u8::MAX);
+        let brute = f.0.iter().map(|&e| unpack(e).1).max();
+        assert_eq!(f.largest(), brute);
     }
 }
