@@ -90,9 +90,9 @@ struct Row {
     missed: Missed,
     /// The missed targets' letters (`RMAB`), empty when none.
     missed_letters: String,
-    /// The vrampool policy's peak reserved came no later than the
-    /// workload's first peak of live bytes: it was set on the way there,
-    /// before any repetition of the workload could be learned from.
+    /// The vrampool policy's peak reserved came no later than the first time
+    /// live bytes reached their peak: it was set on the way there, before
+    /// the workload had reached that peak once to learn from.
     peak_by_first_live_peak: bool,
     /// With `--foresight`: the static plan's figures and the targets it
     /// misses against the PyTorch preset's (R, A, B; no budgets).
@@ -289,7 +289,7 @@ fn row(
     };
     let missed = targets.missed(&v.row, &p.row);
     let foresight = if a.foresight {
-        let plan = Foresight::plan(&t, Config::default().alignment, a.max_buffer_size)?;
+        let plan = Foresight::plan(&t, ours.alignment, a.max_buffer_size)?;
         let row = RowFigures {
             peak_live: t.peak_live,
             peak_reserved: plan.reserved(),
@@ -297,7 +297,12 @@ fn row(
             bytes_created: plan.reserved(),
             min_budget: None,
         };
-        let missed = targets.missed(&row, &p.row);
+        // A plan has no budget to find: R, A and B alone.
+        let plan_targets = Targets {
+            budgets: false,
+            ..targets
+        };
+        let missed = plan_targets.missed(&row, &p.row);
         Some(ForesightRow {
             ratio: plan.ratio(),
             segments: plan.segments.len(),
@@ -590,8 +595,8 @@ fn print_table(
         s.pytorch_device_ms_full_size
     );
     outln!(
-        "of the {} rows missing R, {} peak no later than the workload's first peak of live \
-         bytes (before a repetition could be learned from)",
+        "of the {} rows missing R, {} peak no later than the first time live bytes reach \
+         their peak",
         s.missing_reserved,
         s.missing_reserved_by_first_live_peak
     );

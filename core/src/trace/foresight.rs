@@ -5,8 +5,9 @@
 //! planner; Pisarchyk & Lee, "Efficient Memory Management for Deep Neural Net
 //! Inference", 2020). No pool serving requests as they come can know this;
 //! the plan is the yardstick for one that does not: the part of a policy's
-//! peak reserved above the plan's is the price of not knowing the future,
-//! and the plan's own part above peak live is what the trace itself costs.
+//! peak reserved above the plan's is what not knowing the future costs it
+//! (at least; the plan is greedy, so its own excess over peak live is an
+//! upper bound on what any static layout of the trace needs).
 //!
 //! Architecture invariant: like the replay loop, the plan knows nothing of
 //! engines or devices; it reads a [`Trace`] and returns figures.
@@ -74,7 +75,7 @@ pub enum ForesightError {
     TooLarge {
         /// The trace line of the allocation.
         line: u64,
-        /// Its size, rounded up to the alignment.
+        /// Its size, as the trace gives it.
         size: u64,
         /// The largest segment allowed.
         max_segment: u64,
@@ -93,8 +94,9 @@ impl fmt::Display for ForesightError {
                 max_segment,
             } => write!(
                 f,
-                "line {line}: an allocation of {} does not fit in a segment of at most {}; \
-                 give a larger largest segment, or scale the trace down",
+                "line {line}: an allocation of {} does not fit in a segment of at most {} \
+                 (the device's max_buffer_size; the harness's --max-buffer-size): allow \
+                 larger segments, or scale the trace down",
                 crate::fmt_bytes(*size),
                 crate::fmt_bytes(*max_segment)
             ),
@@ -190,14 +192,14 @@ fn lifetimes(
     for (i, e) in trace.events.iter().enumerate() {
         match e.action {
             Action::Allocate => {
-                let size = e.size.max(1).div_ceil(alignment) * alignment;
-                if size > max_segment {
+                let size = e.size.max(1).checked_next_multiple_of(alignment);
+                let Some(size) = size.filter(|&s| s <= max_segment) else {
                     return Err(ForesightError::TooLarge {
                         line: e.line,
-                        size,
+                        size: e.size,
                         max_segment,
                     });
-                }
+                };
                 live.insert(e.pointer, blocks.len());
                 blocks.push(PlannedBlock {
                     first_event: i,
@@ -252,8 +254,12 @@ fn place(
         let mut k = 0;
         for (s, &top) in segments.iter().enumerate() {
             let mut consider = |lo: u64, hi: u64| {
-                if hi >= lo + b.size && lo + b.size <= max_segment {
-                    let raise = (lo + b.size).saturating_sub(top);
+                // Blocks are at most max_segment (checked in `lifetimes`), and
+                // gaps end at or below it, so `lo + size` overflows only
+                // where it would pass max_segment: saturate.
+                let end = lo.saturating_add(b.size);
+                if hi >= end && end <= max_segment {
+                    let raise = end.saturating_sub(top);
                     let gap = if raise > 0 { u64::MAX } else { hi - lo };
                     if best.is_none_or(|(r, g, _, _)| (raise, gap) < (r, g)) {
                         best = Some((raise, gap, s, lo));

@@ -268,9 +268,9 @@ pub struct ReplayReport {
     pub peak_reserved_at: Option<u64>,
     /// Allocations replayed when live bytes first reached their peak. With
     /// [`ReplayReport::peak_reserved_at`] at or before it, the pool's peak
-    /// was set on the way to the workload's first peak, before any
-    /// repetition could teach it the workload's sizes and lifetimes
-    /// (`None` where the replay did not track it).
+    /// was set on the way up to the workload's peak, the first time it got
+    /// there: no layout learned from an earlier visit of that peak could
+    /// have lowered it (`None` where the replay did not track it).
     #[serde(default)]
     pub peak_live_at: Option<u64>,
 }
@@ -292,7 +292,7 @@ pub fn replay<B: Backend>(engine: &mut Engine<B>, trace: &Trace, usage: u32) -> 
     engine.reset_peak_stats();
     let mut replayer = Replayer::new(trace);
     let mut target = EngineTarget { engine, usage };
-    let (mut top_reserved, mut peak_reserved_at) = (0, 0);
+    let (mut top_reserved, mut peak_reserved_at) = (target.engine.reserved_bytes(), 0);
     let (mut top_live, mut peak_live_at) = (0, 0);
     let start = web_time::Instant::now();
     loop {
