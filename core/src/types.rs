@@ -89,4 +89,8 @@ pub enum SegmentClass {
     /// The pinned preallocation ([`Growth::Preallocate`](crate::Growth::Preallocate)):
     /// serves any non-exclusive request of its pool first, split freely.
     Preallocated,
+    /// A segment of a static plan the engine follows
+    /// ([`Engine::follow`](crate::Engine::follow)): pinned, and served only
+    /// by requests the plan places in it, at the plan's offsets.
+    Planned,
 }

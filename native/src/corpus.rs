@@ -69,6 +69,13 @@ pub struct CorpusArgs {
     /// does not. A few seconds a row at full size.
     #[arg(long)]
     foresight: bool,
+    /// The vrampool policy follows the static plan of each trace as
+    /// recorded at that scale (`Engine::follow`): at resize ×1 and no jitter
+    /// the workload runs again exactly as it was recorded; resized or
+    /// jittered, it has departed from the plan, and the policy takes over
+    /// (the plan's segments become ordinary cache). Not with --min-budget.
+    #[arg(long)]
+    follow: bool,
     /// Simulated device memory in bytes (default: an H200's 141 GiB).
     #[arg(long, default_value_t = 141 << 30)]
     capacity: u64,
@@ -102,6 +109,8 @@ struct Row {
 /// A row's static plan with foresight.
 #[derive(Serialize)]
 struct ForesightRow {
+    /// The plan's reserved bytes (its segments, made once).
+    reserved: u64,
     /// The plan's reserved bytes ÷ peak live.
     ratio: f64,
     /// Its segments: its device allocations, made once.
@@ -211,7 +220,12 @@ fn show(paths: &[PathBuf]) -> String {
 /// One policy's replay of `t` on a fresh simulated device. With no limit
 /// every request must be served: a refusal there means the simulated device
 /// is too small for the row, and its figures would mean nothing.
-fn figures(t: &Trace, config: &Config, a: &CorpusArgs) -> Result<Figures> {
+fn figures(
+    t: &Trace,
+    config: &Config,
+    plan: Option<&Foresight>,
+    a: &CorpusArgs,
+) -> Result<Figures> {
     let run = |limit: Option<u64>| -> Result<vrampool::ReplayReport> {
         let config = Config {
             limit: limit.map(Limit::Bytes),
@@ -219,7 +233,16 @@ fn figures(t: &Trace, config: &Config, a: &CorpusArgs) -> Result<Figures> {
         };
         let device = SimulatedDevice::with_max_buffer_size(a.capacity, a.max_buffer_size);
         let mut engine = Engine::new(device, config)?;
-        Ok(replay(&mut engine, t, 0))
+        let before = engine.stats().counters;
+        if let Some(plan) = plan {
+            engine.follow(plan, 0)?;
+        }
+        let mut r = replay(&mut engine, t, 0);
+        // The plan's segments are the replay's device allocations too.
+        let c = engine.stats().counters;
+        r.device_allocs = c.device_allocs - before.device_allocs;
+        r.segment_bytes_created = c.bytes_created - before.bytes_created;
+        Ok(r)
     };
     let r = run(None)?;
     if r.ooms > 0 {
@@ -262,11 +285,14 @@ fn row(
     ours: &Config,
     a: &CorpusArgs,
 ) -> Result<Row> {
-    let mut t = if scale > 1 {
+    // The trace as recorded at this scale (what --follow plans), then resized
+    // and jittered.
+    let recorded = if scale > 1 {
         full.scaled(scale)
     } else {
         full.clone()
     };
+    let mut t = recorded.clone();
     if resize != 1.0 {
         t = t.resized(resize);
     }
@@ -281,8 +307,17 @@ fn row(
             fmt_bytes(a.max_buffer_size)
         );
     }
-    let v = figures(&t, ours, a).context("vrampool")?;
-    let p = figures(&t, &Config::pytorch(), a).context("pytorch")?;
+    let followed = if a.follow {
+        Some(Foresight::plan(
+            &recorded,
+            ours.alignment,
+            a.max_buffer_size,
+        )?)
+    } else {
+        None
+    };
+    let v = figures(&t, ours, followed.as_ref(), a).context("vrampool")?;
+    let p = figures(&t, &Config::pytorch(), None, a).context("pytorch")?;
     let targets = Targets {
         full_size: scale == 1,
         budgets: a.min_budget,
@@ -304,6 +339,7 @@ fn row(
         };
         let missed = plan_targets.missed(&row, &p.row);
         Some(ForesightRow {
+            reserved: plan.reserved(),
             ratio: plan.ratio(),
             segments: plan.segments.len(),
             missed_letters: missed.to_string(),
@@ -333,6 +369,11 @@ pub fn command(a: &CorpusArgs, c: &Common) -> Result<ExitCode> {
         bail!(
             "corpus replays on the simulated device and prints its own table: --adapter, \
              --summary and --timeline are for replay"
+        );
+    }
+    if a.follow && a.min_budget {
+        bail!(
+            "--follow replays each plan with no limit (the plan is its budget): drop --min-budget"
         );
     }
     if let Some(s) = a.scales.iter().find(|&&s| s == 0) {

@@ -284,6 +284,44 @@ fn corpus_plans_each_row_with_foresight_on_request() {
 }
 
 #[test]
+fn follow_replays_a_trace_as_its_own_plan_places_it() {
+    // resnet_train ÷64 run again as recorded: the plan's reserved bytes and
+    // segments, in corpus and replay alike, within every target.
+    let t = trace("resnet_train");
+    let v = json(
+        vrampool()
+            .args(["corpus", "--scales", "64", "--follow", "--foresight"])
+            .arg(&t),
+    );
+    let row = &v["rows"][0];
+    assert_eq!(
+        row["vrampool"]["peak_reserved"],
+        row["foresight"]["reserved"]
+    );
+    assert_eq!(
+        row["vrampool"]["device_allocs"],
+        row["foresight"]["segments"]
+    );
+    assert_eq!(row["missed_letters"], "");
+    let replayed = json(
+        vrampool()
+            .args(["replay", "--simulate", "--scale", "64", "--follow"])
+            .arg(&t),
+    );
+    let r = &replayed.as_array().unwrap()[0]["report"];
+    assert_eq!(r["peak_reserved"], row["vrampool"]["peak_reserved"]);
+    assert_eq!(r["device_allocs"], row["vrampool"]["device_allocs"]);
+    // Resized, the workload has left its plan: the policy serves it, with
+    // the plan's segment among its own.
+    let moved = json(
+        vrampool()
+            .args(["corpus", "--scales", "64", "--resize", "1.1", "--follow"])
+            .arg(&t),
+    );
+    assert!(f(&moved["rows"][0]["vrampool"]["device_allocs"]) > 1.0);
+}
+
+#[test]
 fn set_changes_the_vrampool_policy_in_corpus_and_replay_alike() {
     // No soft headroom: small_loop reserves more, and corpus and replay agree.
     let t = trace("small_loop");
@@ -684,6 +722,16 @@ fn bad_requests_are_refused() {
         &["corpus", "--summary", &t],
         &[],
         "--adapter, --summary and --timeline are for replay",
+    );
+    refuses(
+        &["corpus", "--follow", "--min-budget", &t],
+        &[],
+        "drop --min-budget",
+    );
+    refuses(
+        &["replay", "--simulate", "--follow", "--budget", "1.5x", &t],
+        &[],
+        "drop --budget and --min-budget",
     );
     refuses(
         &["corpus", "--scales", "0", &t],

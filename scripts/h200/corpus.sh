@@ -37,6 +37,9 @@ for t in ${TRACES:-$(ls -S -r data/traces/*.csv.gz data/traces/heldout/*.csv.gz)
     # LimitKind::Ceiling; LIMIT applies to every run of this call.
     extra=(); [ -n "${LIMIT:-}" ] && extra=(--budget $LIMIT)
     if [ $p0 = before ]; then bin=.bin/vrampool_before; pol=vrampool;
+    # `follow` is the vrampool policy following each trace's own static plan
+    # (replay --follow: the workload run again exactly as it was recorded).
+    elif [ $p0 = follow ]; then bin=$B; pol=vrampool; extra+=(--follow);
     elif [ $p0 = ceiling ]; then
       [ -z "${LIMIT:-}" ] && { echo "a ceiling run needs LIMIT (e.g. 1.5x)" >> $OUT/log.txt; continue; }
       bin=$B; pol=vrampool; extra+=(--ceiling);

@@ -12,6 +12,13 @@ use std::collections::BTreeSet;
 #[derive(Debug, Default)]
 pub(super) struct FreeIndex(BTreeSet<u128>);
 
+/// The key of blocks in a followed plan's segments
+/// ([`SegmentClass::Planned`](crate::SegmentClass::Planned)): their entries
+/// hold `segment << 40 | offset` where the others hold the size, so the
+/// block at a planned offset is one lookup away ([`FreeIndex::at_or_below`]).
+/// No request searches this key by size.
+pub(super) const BY_OFFSET: u8 = 5;
+
 fn pack(key: u8, size: u64, index: u32) -> u128 {
     (key as u128) << 96 | (size as u128) << 32 | index as u128
 }
@@ -53,15 +60,30 @@ impl FreeIndex {
         })
     }
 
-    /// The largest free block of any class: the last entry of each class
-    /// (the index is ordered by class, then size), found by stepping back
-    /// from one class to the one below, so a few lookups, not a walk.
+    /// The last entry of class `key` at or below `value`, as (value, index).
+    pub(super) fn at_or_below(&self, key: u8, value: u64) -> Option<(u64, u32)> {
+        let (_, v, i) = unpack(
+            *self
+                .0
+                .range(pack(key, 0, 0)..=pack(key, value, u32::MAX))
+                .next_back()?,
+        );
+        Some((v, i))
+    }
+
+    /// The largest free block of any class but [`BY_OFFSET`]'s (a plan's
+    /// blocks serve only the requests it placed there): the last entry of
+    /// each class (the index is ordered by class, then size), found by
+    /// stepping back from one class to the one below, so a few lookups, not
+    /// a walk.
     pub(super) fn largest(&self) -> Option<u64> {
         let mut largest = None;
         let mut below = self.0.last().copied();
         while let Some(e) = below {
             let (key, size, _) = unpack(e);
-            largest = largest.max(Some(size));
+            if key != BY_OFFSET {
+                largest = largest.max(Some(size));
+            }
             below = self.0.range(..pack(key, 0, 0)).next_back().copied();
         }
         largest

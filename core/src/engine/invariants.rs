@@ -216,7 +216,7 @@ impl<B: Backend> Engine<B> {
                         let key = self.key(s.class);
                         if !self.pools[s.pool as usize]
                             .free
-                            .contains(key, block.size, b)
+                            .contains(key, self.entry_of(key, b), b)
                         {
                             return Err(E::NotIndexed { block: b });
                         }

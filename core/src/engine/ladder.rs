@@ -96,14 +96,16 @@ impl<B: Backend> Engine<B> {
     /// parked, and plans).
     pub(crate) fn allocate_cached(&mut self, req: &Request) -> Option<Allocation> {
         let (pool, class, rounded) = self.admit(req).ok()?;
-        let b = self.find_cached(pool, class, rounded)?;
+        let b = self
+            .planned_block(pool, rounded)
+            .or_else(|| self.find_cached(pool, class, rounded))?;
         self.tick += 1;
         self.counters.cache_hits += 1;
         Some(self.take_block(b, rounded, req.clone()))
     }
 
     /// Reserved bytes plus segments planned and not yet settled.
-    fn held(&self) -> u64 {
+    pub(super) fn held(&self) -> u64 {
         self.total.reserved_bytes.current + self.in_flight
     }
 
@@ -125,7 +127,10 @@ impl<B: Backend> Engine<B> {
     pub fn plan(&mut self, req: Request) -> Result<Planned> {
         let (pool, class, rounded) = self.admit(&req)?;
         self.tick += 1;
-        if let Some(b) = self.find_cached(pool, class, rounded) {
+        let cached = self
+            .planned_block(pool, rounded)
+            .or_else(|| self.find_cached(pool, class, rounded));
+        if let Some(b) = cached {
             self.counters.cache_hits += 1;
             return Ok(Planned::Hit(self.take_block(b, rounded, req)));
         }
@@ -330,6 +335,22 @@ impl<B: Backend> Engine<B> {
         let usage = self.config.default_usage;
         let pool = self.pool_index(usage, false, 0, || format!("usage {usage:#x}"));
         let label = "vrampool preallocated segment".to_string();
+        self.create_pinned(pool, usage, label, SegmentClass::Preallocated, size)?;
+        self.has_preallocation = true;
+        Ok(())
+    }
+
+    /// Creates one pinned segment of `class` in `pool` at once (outside the
+    /// refusal ladder: the caller asked for exactly this memory), the device's
+    /// refusal an error that says what was asked.
+    pub(super) fn create_pinned(
+        &mut self,
+        pool: u16,
+        usage: u32,
+        label: String,
+        class: SegmentClass,
+        size: u64,
+    ) -> Result<u32> {
         let payload = self
             .backend
             .create_segment(&SegmentDesc {
@@ -340,7 +361,7 @@ impl<B: Backend> Engine<B> {
             .map_err(|e| match e {
                 DeviceError::OutOfMemory => Error::OutOfMemory(OomInfo {
                     requested: size,
-                    allocated: 0,
+                    allocated: self.total.allocated_bytes.current,
                     reserved: self.total.reserved_bytes.current,
                     cached: self.total.cached_bytes.current,
                     pending: self.total.pending_bytes.current,
@@ -350,9 +371,8 @@ impl<B: Backend> Engine<B> {
                 DeviceError::Lost(w) => Error::DeviceLost(w),
                 DeviceError::Other(m) => Error::Device(m),
             })?;
-        let s = self.insert_segment(payload, label, pool, SegmentClass::Preallocated, size);
+        let s = self.insert_segment(payload, label, pool, class, size);
         self.segments[s as usize].as_mut().unwrap().pinned = true;
-        self.has_preallocation = true;
-        Ok(())
+        Ok(s)
     }
 }

@@ -13,6 +13,7 @@
 //!   and the steps after a device refusal ([`SegmentPlan`]);
 //! - `release.rs` — giving segments back: limits, cache limit, `empty_cache`;
 //! - `deferred.rs` — frees that wait for a mark ([`Engine::defer_free`]);
+//! - `follow.rs` — placing requests where a static plan says ([`Engine::follow`]);
 //! - `inspect.rs` — stats, snapshots, leaks;
 //! - `invariants.rs` — [`Engine::check_invariants`].
 //!
@@ -22,6 +23,7 @@
 //! counters (and the cache a retry released).
 
 mod deferred;
+mod follow;
 mod free_index;
 mod inspect;
 mod invariants;
@@ -39,6 +41,7 @@ use crate::stats::{Counters, PoolStats};
 use crate::trace::Recorder;
 use crate::types::{Allocation, Request};
 
+pub use follow::FollowStats;
 pub use invariants::InvariantError;
 pub use ladder::{Planned, SegmentPlan};
 
@@ -116,6 +119,9 @@ pub struct Engine<B: Backend> {
     /// headroom gives up, so from now on it packs before it releases (see
     /// [`Config::pack_before_release`]).
     recreated: bool,
+    /// The static plan being followed (see [`Engine::follow`]).
+    following: Option<follow::Following>,
+    follow_stats: FollowStats,
 }
 
 impl<B: Backend> Engine<B> {
@@ -158,6 +164,8 @@ impl<B: Backend> Engine<B> {
             soft_high: 0,
             released: VecDeque::new(),
             recreated: false,
+            following: None,
+            follow_stats: FollowStats::default(),
         };
         engine.limit = engine.resolve_limit(engine.config.limit)?;
         if let Growth::Preallocate(bytes) = engine.config.growth {

@@ -29,6 +29,7 @@ fn class_code(c: SegmentClass) -> u8 {
         SegmentClass::Large => 2,
         SegmentClass::Exclusive => 3,
         SegmentClass::Preallocated => 4,
+        SegmentClass::Planned => super::free_index::BY_OFFSET,
     }
 }
 
@@ -131,7 +132,7 @@ impl<B: Backend> Engine<B> {
             SegmentClass::Small | SegmentClass::Medium | SegmentClass::Large => {
                 self.find_in_class_then_large(pool, class, rounded, Fit::Any)
             }
-            SegmentClass::Exclusive | SegmentClass::Preallocated => None,
+            SegmentClass::Exclusive | SegmentClass::Preallocated | SegmentClass::Planned => None,
         }
     }
 
@@ -308,7 +309,7 @@ impl<B: Backend> Engine<B> {
                 seg.max(rounded)
             }
             SegmentClass::Large => round_up(rounded, self.placement().large_rounding.max(1)),
-            SegmentClass::Exclusive | SegmentClass::Preallocated => rounded,
+            SegmentClass::Exclusive | SegmentClass::Preallocated | SegmentClass::Planned => rounded,
         };
         s.min(self.max_segment).max(rounded)
     }

@@ -16,7 +16,7 @@ use crate::stats::PoolStats;
 use crate::types::{Allocation, BlockId, Request, SegmentClass, SegmentId};
 
 use super::Engine;
-use super::free_index::FreeIndex;
+use super::free_index::{BY_OFFSET, FreeIndex};
 
 /// "No block": the end of a segment's list.
 pub(super) const NONE: u32 = u32::MAX;
@@ -95,6 +95,21 @@ impl<S> Segment<S> {
     }
 }
 
+impl<B: Backend> Engine<B> {
+    /// The free-index entry of block `b` of a segment whose class has `key`:
+    /// (key, size), or in a plan's segment (key, segment << 40 | offset)
+    /// (see [`BY_OFFSET`]).
+    #[inline]
+    pub(super) fn entry_of(&self, key: u8, b: u32) -> u64 {
+        let block = &self.blocks[b as usize];
+        if key == BY_OFFSET {
+            (block.segment as u64) << 40 | block.offset
+        } else {
+            block.size
+        }
+    }
+}
+
 pub(super) fn round_up(x: u64, to: u64) -> u64 {
     x.div_ceil(to) * to
 }
@@ -153,7 +168,7 @@ impl<B: Backend> Engine<B> {
         self.pools[i].name = name.to_string();
     }
 
-    fn new_block(&mut self, block: Block) -> u32 {
+    pub(super) fn new_block(&mut self, block: Block) -> u32 {
         if let Some(i) = self.vacant_blocks.pop() {
             let generation = self.blocks[i as usize].generation;
             self.blocks[i as usize] = Block {
@@ -223,7 +238,8 @@ impl<B: Backend> Engine<B> {
             st.free_blocks.add(1);
         }
         let key = self.key(class);
-        self.pools[pool as usize].free.insert(key, size, first);
+        let entry = self.entry_of(key, first);
+        self.pools[pool as usize].free.insert(key, entry, first);
         index
     }
 
@@ -238,7 +254,8 @@ impl<B: Backend> Engine<B> {
             (s.pool as usize, s.class)
         };
         let key = self.key(class);
-        self.pools[pool].free.remove(key, size, b);
+        let entry = self.entry_of(key, b);
+        self.pools[pool].free.remove(key, entry, b);
         let remainder = size - rounded;
         let split = match class {
             SegmentClass::Exclusive => false,
@@ -268,7 +285,8 @@ impl<B: Backend> Engine<B> {
             }
             self.blocks[b as usize].next = rest;
             self.blocks[b as usize].size = rounded;
-            self.pools[pool].free.insert(key, remainder, rest);
+            let entry = self.entry_of(key, rest);
+            self.pools[pool].free.insert(key, entry, rest);
             rounded
         } else {
             for st in [&mut self.total, &mut self.pools[pool].stats] {
@@ -365,19 +383,19 @@ impl<B: Backend> Engine<B> {
         let mut merged = b;
         let next = self.blocks[merged as usize].next;
         if next != NONE && self.blocks[next as usize].state == BlockState::Free {
-            let next_size = self.blocks[next as usize].size;
-            self.pools[pool].free.remove(key, next_size, next);
+            let entry = self.entry_of(key, next);
+            self.pools[pool].free.remove(key, entry, next);
             self.merge(merged, next, pool);
         }
         let prev = self.blocks[merged as usize].prev;
         if prev != NONE && self.blocks[prev as usize].state == BlockState::Free {
-            let prev_size = self.blocks[prev as usize].size;
-            self.pools[pool].free.remove(key, prev_size, prev);
+            let entry = self.entry_of(key, prev);
+            self.pools[pool].free.remove(key, entry, prev);
             self.merge(prev, merged, pool);
             merged = prev;
         }
-        let size = self.blocks[merged as usize].size;
-        self.pools[pool].free.insert(key, size, merged);
+        let entry = self.entry_of(key, merged);
+        self.pools[pool].free.insert(key, entry, merged);
         self.trim_cache();
     }
 
@@ -418,8 +436,8 @@ impl<B: Backend> Engine<B> {
             match block.state {
                 BlockState::Free => {
                     free_blocks += 1;
-                    let size = block.size;
-                    self.pools[pool].free.remove(key, size, b);
+                    let entry = self.entry_of(key, b);
+                    self.pools[pool].free.remove(key, entry, b);
                 }
                 BlockState::Pending => pending_blocks += 1,
                 BlockState::Live | BlockState::Vacant => {

@@ -7,7 +7,7 @@ use std::time::Instant;
 use anyhow::{Result, anyhow};
 use indicatif::ProgressBar;
 use serde::Serialize;
-use vrampool::trace::{Replayer, Step, smallest_budget};
+use vrampool::trace::{Foresight, Replayer, Step, smallest_budget};
 use vrampool::{Backend, Config, ReplayReport, Trace};
 
 use crate::policy::{EnginePolicy, Figures, NoCache, Policy, PolicyKind, Requests, SizeClass};
@@ -63,6 +63,9 @@ pub struct Job<'t> {
     pub config: &'t Config,
     /// How the replay asks for its blocks.
     pub requests: Requests,
+    /// A static plan the vrampool policy follows (`Engine::follow`): its
+    /// segments are made inside the timed replay and counted with it.
+    pub plan: Option<&'t Foresight>,
 }
 
 /// Runs `job` on the backend `make` builds.
@@ -78,6 +81,7 @@ pub fn run_policy<B: Backend>(
         limit,
         config,
         requests,
+        plan,
     } = job;
     let b = make()?;
     let usage = requests.usage;
@@ -87,25 +91,44 @@ pub fn run_policy<B: Backend>(
             trace,
             bar,
             probe,
+            |p: &mut EnginePolicy<B>| match plan {
+                Some(plan) => Ok(p.engine.follow(plan, usage)?),
+                None => Ok(()),
+            },
         ),
         PolicyKind::Pytorch => drive(
             &mut EnginePolicy::new(b, Config::pytorch(), limit, requests)?,
             trace,
             bar,
             probe,
+            |_: &mut _| Ok(()),
         ),
-        PolicyKind::SizeClass => drive(&mut SizeClass::new(b, limit, usage), trace, bar, probe),
-        PolicyKind::None => drive(&mut NoCache::new(b, limit, usage), trace, bar, probe),
+        PolicyKind::SizeClass => drive(
+            &mut SizeClass::new(b, limit, usage),
+            trace,
+            bar,
+            probe,
+            |_: &mut _| Ok(()),
+        ),
+        PolicyKind::None => drive(
+            &mut NoCache::new(b, limit, usage),
+            trace,
+            bar,
+            probe,
+            |_: &mut _| Ok(()),
+        ),
     }
 }
 
 /// Replays `trace` through `p` with core's [`Replayer`], taking a timeline
-/// sample about every thousandth event (not counted in the time per op).
+/// sample about every thousandth event (not counted in the time per op);
+/// `setup` runs first, inside the timed and counted replay.
 fn drive<P: Policy>(
     p: &mut P,
     trace: &Trace,
     bar: &ProgressBar,
     probe: Probe<'_>,
+    setup: impl FnOnce(&mut P) -> Result<()>,
 ) -> Result<Outcome> {
     let n = trace.events.len() as u64;
     let every = (n / 1000).max(1);
@@ -115,6 +138,7 @@ fn drive<P: Policy>(
     let mut peak = Figures::default();
     let mut aside_ns = 0u128;
     let start = Instant::now();
+    setup(p)?;
     while let Some(step) = replayer.next_step() {
         match step {
             Step::Allocate { size, line } => {

@@ -12,7 +12,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, ValueEnum};
 use indicatif::ProgressBar;
 use serde_json::json;
-use vrampool::trace::DeviceCost;
+use vrampool::trace::{DeviceCost, Foresight};
 use vrampool::{Backend, Config, LimitKind, SimulatedDevice, Trace, WgpuBackend, fmt_bytes};
 
 use crate::policy::{AccessMode, PolicyKind, Requests};
@@ -76,6 +76,14 @@ pub struct ReplayArgs {
     /// `--set without_limit.medium_segment_fraction=0.015625`; repeatable.
     #[arg(long = "set", value_name = "FIELD=VALUE")]
     set: Vec<String>,
+    /// The vrampool policy follows each trace's own static plan
+    /// (`vrampool::trace::Foresight` at this scale, with the device's
+    /// max_buffer_size; `Engine::follow`): the workload run again exactly as
+    /// it was recorded, each tensor placed where a pool that knew every
+    /// lifetime would place it. The plan's segments are made inside the
+    /// timed replay and counted with it. Not with --budget or --min-budget.
+    #[arg(long)]
+    follow: bool,
 }
 
 enum Budget {
@@ -137,6 +145,12 @@ pub fn command(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
         bail!(
             "--set changes the vrampool policy's configuration; {} has none",
             a.policy.name()
+        );
+    }
+    if a.follow && (a.budget.is_some() || a.min_budget) {
+        bail!(
+            "--follow replays the trace's own plan with no limit: the plan is its budget; drop \
+             --budget and --min-budget"
         );
     }
     let budget = a.budget.as_deref().map(parse_budget).transpose()?;
@@ -206,6 +220,14 @@ pub fn command(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
             Budget::Bytes(n) => *n,
             Budget::Times(x) => (t.peak_live as f64 * x).ceil() as u64,
         });
+        let plan = if a.follow {
+            Some(
+                Foresight::plan(t, config.alignment, max_buffer)
+                    .with_context(|| format!("planning {}", t.name))?,
+            )
+        } else {
+            None
+        };
         for &kind in &policies {
             pb.set_message(format!("{} {}", t.name, kind.name()));
             let job = Job {
@@ -214,6 +236,7 @@ pub fn command(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
                 limit,
                 config: &config,
                 requests,
+                plan: plan.as_ref(),
             };
             let mut view = DriverView::default();
             let (outcome, min) = match &target {

@@ -1,0 +1,317 @@
+//! Following a static plan ([`Foresight`]): a workload that runs again as it
+//! ran before hands the engine the plan of its recording, and the engine
+//! places each request where the plan says — the layout a pool that knew
+//! every lifetime would choose, in segments made once — falling back to the
+//! policy wherever the workload departs from it.
+//!
+//! The plan's segments are pinned and of their own class
+//! ([`SegmentClass::Planned`]), so no request the plan does not place takes
+//! their space and moves a planned block's place out from under it. A
+//! request is matched to the plan by size, in the plan's order: the next
+//! planned allocation of its rounded size within [`WINDOW`] entries of the
+//! last one matched, if its range is free. Once [`GIVE_UP`] requests in a row
+//! find no match, or the plan is used up, the engine stops following: the
+//! plan's segments become ordinary large segments (unpinned, their free
+//! space open to best fit, released as any other).
+
+use crate::backend::Backend;
+use crate::error::{Error, Result};
+use crate::trace::Foresight;
+use crate::types::SegmentClass;
+
+use super::Engine;
+use super::store::{Block, BlockState, NONE};
+
+/// How many planned allocations past the last match a request may match:
+/// a few allocations the recording had and this run lacks are skipped over.
+pub(super) const WINDOW: usize = 8;
+
+/// Requests in a row that match nothing before the engine stops following.
+pub(super) const GIVE_UP: u32 = 64;
+
+/// A plan being followed.
+pub(super) struct Following {
+    /// The pool the plan's requests come from.
+    pool: u16,
+    /// Every planned allocation, in the plan's order.
+    entries: Vec<Entry>,
+    /// The next entry to match.
+    cursor: usize,
+    /// The plan's segments, as engine segment indexes.
+    segments: Vec<u32>,
+    misses_in_a_row: u32,
+}
+
+#[derive(Clone, Copy)]
+struct Entry {
+    size: u64,
+    segment: u32,
+    offset: u64,
+}
+
+/// How following a plan went.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct FollowStats {
+    /// Requests placed where the plan said.
+    pub placed: u64,
+    /// Requests of the plan's pool the plan did not place (served by the
+    /// policy instead).
+    pub unplaced: u64,
+    /// Whether the engine follows the plan still.
+    pub following: bool,
+}
+
+impl<B: Backend> Engine<B> {
+    /// Follows `plan` for the requests of `usage` (shared, group 0: the
+    /// engine's default requests, as a trace replay makes them): creates the
+    /// plan's segments at once, pinned, and from then on places each request
+    /// the plan foresaw at its planned offset. The plan must be made with
+    /// this engine's alignment (`Foresight::plan(&trace,
+    /// engine.config().alignment, ..)`) from a recording of the same
+    /// workload (`Engine::start_recording`, or the trace a harness replays).
+    /// The plan's segments are pinned and of their own class
+    /// ([`SegmentClass::Planned`]): no request the plan does not place takes
+    /// their space. A request is matched by size, in the plan's order: the
+    /// next planned allocation of its rounded size among the 8 after the
+    /// last one matched, if its range is free; a request the plan does not
+    /// foresee is served by the policy as always. Once 64 requests in a row
+    /// match nothing (the workload has left the plan), or the plan is used
+    /// up, the engine stops following ([`Engine::stop_following`]). A plan
+    /// followed before is given up first.
+    ///
+    /// ```
+    /// use vrampool::trace::Foresight;
+    /// use vrampool::{Config, Engine, Request, SimulatedDevice, Trace, replay};
+    /// // A 3 MiB tensor beside a 1 MiB one, both freed, then a 4 MiB one.
+    /// let csv = "Thread,Time,Action,Pointer,Size,Stream\n\
+    ///            0,0,allocate,0x1,3145728,0x0\n0,0,allocate,0x2,1048576,0x0\n\
+    ///            0,0,free,0x1,3145728,0x0\n0,0,free,0x2,1048576,0x0\n\
+    ///            0,0,allocate,0x3,4194304,0x0\n0,0,free,0x3,4194304,0x0\n";
+    /// let trace = Trace::parse("recorded", csv.as_bytes())?;
+    /// let mut e = Engine::new(SimulatedDevice::new(1 << 30), Config::default())?;
+    /// let plan = Foresight::plan(&trace, e.config().alignment, 1 << 30)?;
+    /// e.follow(&plan, 0)?;
+    /// let report = replay(&mut e, &trace, 0);
+    /// // One 4 MiB segment, made once, serves all three.
+    /// assert_eq!((report.peak_reserved, report.device_allocs), (4 << 20, 0));
+    /// assert_eq!(e.follow_stats().placed, 3);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn follow(&mut self, plan: &Foresight, usage: u32) -> Result<()> {
+        self.stop_following();
+        let align = self.config.alignment;
+        if let Some(b) = plan
+            .blocks
+            .iter()
+            .find(|b| b.offset % align != 0 || b.size % align != 0)
+        {
+            return Err(Error::Config(format!(
+                "the plan places a block of {} bytes at offset {}, not a multiple of the \
+                 engine's alignment {align}: plan with Foresight::plan(&trace, {align}, ..)",
+                b.size, b.offset
+            )));
+        }
+        if let Some(&s) = plan.segments.iter().find(|&&s| s > self.max_segment) {
+            return Err(Error::TooLarge {
+                requested: s,
+                max_buffer_size: self.max_segment,
+            });
+        }
+        let planned: u64 = plan.segments.iter().sum();
+        if let Some(limit) = self.limit
+            && self.held() + planned > limit
+        {
+            return Err(Error::Config(format!(
+                "cannot follow a plan of {}: the limit is {} and {} is already reserved; raise \
+                 the limit or follow without one",
+                crate::fmt_bytes(planned),
+                crate::fmt_bytes(limit),
+                crate::fmt_bytes(self.total.reserved_bytes.current)
+            )));
+        }
+        let pool = self.pool_index(usage, false, 0, || format!("usage {usage:#x}"));
+        let mut segments = Vec::with_capacity(plan.segments.len());
+        for (i, &size) in plan.segments.iter().enumerate() {
+            let label = format!("vrampool planned segment {i}");
+            match self.create_pinned(pool, usage, label, SegmentClass::Planned, size) {
+                Ok(s) => segments.push(s),
+                Err(e) => {
+                    // Those made already become ordinary cached segments.
+                    self.following = Some(Following {
+                        pool,
+                        entries: Vec::new(),
+                        cursor: 0,
+                        segments,
+                        misses_in_a_row: 0,
+                    });
+                    self.stop_following();
+                    return Err(e);
+                }
+            }
+        }
+        let entries = plan
+            .blocks
+            .iter()
+            .map(|b| Entry {
+                size: b.size,
+                segment: segments[b.segment],
+                offset: b.offset,
+            })
+            .collect();
+        self.follow_stats = FollowStats {
+            following: true,
+            ..FollowStats::default()
+        };
+        self.following = Some(Following {
+            pool,
+            entries,
+            cursor: 0,
+            segments,
+            misses_in_a_row: 0,
+        });
+        Ok(())
+    }
+
+    /// Stops following the plan, if one is followed: its segments become
+    /// ordinary large segments, unpinned (their free space serves any
+    /// request by best fit; the headroom, limits and `empty_cache` release
+    /// them once nothing in them is live).
+    pub fn stop_following(&mut self) {
+        let Some(f) = self.following.take() else {
+            return;
+        };
+        self.follow_stats.following = false;
+        let large = self.key(SegmentClass::Large);
+        let planned = self.key(SegmentClass::Planned);
+        for s in f.segments {
+            let Some(seg) = self.segments[s as usize].as_ref() else {
+                continue;
+            };
+            let (pool, first) = (seg.pool as usize, seg.first);
+            // Re-indexed by size, under the large key, before the class changes.
+            let mut b = first;
+            while b != NONE {
+                if self.blocks[b as usize].state == BlockState::Free {
+                    let entry = self.entry_of(planned, b);
+                    let size = self.blocks[b as usize].size;
+                    let free = &mut self.pools[pool].free;
+                    free.remove(planned, entry, b);
+                    free.insert(large, size, b);
+                }
+                b = self.blocks[b as usize].next;
+            }
+            let seg = self.segments[s as usize].as_mut().unwrap();
+            seg.class = SegmentClass::Large;
+            seg.pinned = false;
+        }
+    }
+
+    /// How following the plan went (see [`Engine::follow`]).
+    pub fn follow_stats(&self) -> FollowStats {
+        self.follow_stats
+    }
+
+    /// The free block at the planned place of a request of `rounded` bytes
+    /// in `pool`, cut to start at the planned offset (take it with
+    /// `take_block`), if the plan foresaw the request; counts the match or
+    /// the miss, and stops following when the plan is used up or the
+    /// workload has left it.
+    pub(super) fn planned_block(&mut self, pool: u16, rounded: u64) -> Option<u32> {
+        let f = self.following.as_ref()?;
+        if f.pool != pool {
+            return None;
+        }
+        let end = (f.cursor + WINDOW).min(f.entries.len());
+        let found = (f.cursor..end)
+            .find(|&k| f.entries[k].size == rounded)
+            .map(|k| (k, f.entries[k]));
+        let placed = found.and_then(|(k, e)| {
+            Some((k, e, self.free_block_at(pool, e.segment, e.offset, e.size)?))
+        });
+        let f = self.following.as_mut()?;
+        let Some((k, e, b)) = placed else {
+            self.follow_stats.unplaced += 1;
+            f.misses_in_a_row += 1;
+            if f.misses_in_a_row >= GIVE_UP {
+                self.stop_following();
+            }
+            return None;
+        };
+        f.cursor = k + 1;
+        f.misses_in_a_row = 0;
+        let done = f.cursor == f.entries.len();
+        self.follow_stats.placed += 1;
+        let b = self.cut_at(b, e.offset);
+        if done {
+            self.stop_following();
+        }
+        Some(b)
+    }
+
+    /// The free block of `segment` (of the pool `pool`) that holds
+    /// `offset..offset + size`: one lookup, since a plan's free blocks are
+    /// indexed by segment and offset.
+    fn free_block_at(&self, pool: u16, segment: u32, offset: u64, size: u64) -> Option<u32> {
+        let key = self.key(SegmentClass::Planned);
+        let at = (segment as u64) << 40 | offset;
+        let (entry, b) = self.pools[pool as usize].free.at_or_below(key, at)?;
+        let block = &self.blocks[b as usize];
+        let holds = entry >> 40 == segment as u64
+            && block.offset <= offset
+            && offset + size <= block.offset + block.size;
+        holds.then_some(b)
+    }
+
+    /// Splits free block `b` so that a free block starts at `offset` (inside
+    /// it), and returns that block.
+    fn cut_at(&mut self, b: u32, offset: u64) -> u32 {
+        let (segment, start, size, next, dirty) = {
+            let block = &self.blocks[b as usize];
+            (
+                block.segment,
+                block.offset,
+                block.size,
+                block.next,
+                block.dirty,
+            )
+        };
+        if offset == start {
+            return b;
+        }
+        let (pool, class) = {
+            let s = self.segments[segment as usize].as_ref().unwrap();
+            (s.pool as usize, s.class)
+        };
+        let key = self.key(class);
+        let head = offset - start;
+        let rest = self.new_block(Block {
+            segment,
+            offset,
+            size: size - head,
+            prev: b,
+            next,
+            state: BlockState::Free,
+            generation: 0,
+            requested: 0,
+            dirty,
+            label: None,
+        });
+        if next != NONE {
+            self.blocks[next as usize].prev = rest;
+        }
+        self.blocks[b as usize].next = rest;
+        self.blocks[b as usize].size = head;
+        debug_assert_eq!(
+            key,
+            super::free_index::BY_OFFSET,
+            "only a plan's blocks are cut"
+        );
+        // Indexed by offset: `b` keeps its entry, `rest` gets one.
+        let entry = self.entry_of(key, rest);
+        self.pools[pool].free.insert(key, entry, rest);
+        for st in [&mut self.total, &mut self.pools[pool].stats] {
+            st.free_blocks.add(1);
+        }
+        rest
+    }
+}

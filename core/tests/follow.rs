@@ -1,0 +1,260 @@
+//! Following a static plan (`Engine::follow`): a workload that runs as it
+//! was recorded gets the plan's layout — its peak reserved, its few segments,
+//! nothing created during the run — with the engine's invariants at every
+//! step; a workload that departs from its plan falls back to the policy and,
+//! once it has left it, gets the plan's segments back as ordinary cache; bad
+//! plans and device refusals are errors that leave nothing pinned behind.
+
+use std::path::PathBuf;
+
+use proptest::prelude::*;
+use vrampool::fault::{Fault, Faults, Faulty};
+use vrampool::trace::{EngineTarget, Foresight, Replayer};
+use vrampool::{Config, Engine, Error, Limit, SegmentClass, SimulatedDevice, Trace, replay};
+
+const MIB: u64 = 1 << 20;
+
+fn trace(rows: &[(bool, u64, u64)]) -> Trace {
+    let mut csv = String::from("Thread,Time,Action,Pointer,Size,Stream\n");
+    for &(alloc, p, size) in rows {
+        let action = if alloc { "allocate" } else { "free" };
+        csv.push_str(&format!("0,0,{action},{p:#x},{size},0x0\n"));
+    }
+    Trace::parse("made", csv.as_bytes()).unwrap()
+}
+
+fn shared(name: &str, scale: u64) -> Trace {
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../data/traces/{name}.csv.gz"));
+    Trace::open(path).unwrap().scaled(scale)
+}
+
+fn engine() -> Engine<SimulatedDevice> {
+    Engine::new(
+        SimulatedDevice::with_max_buffer_size(8 << 30, 256 * MIB),
+        Config::default(),
+    )
+    .unwrap()
+}
+
+/// Replays `t` step by step, checking the engine's invariants after each.
+fn replay_checked<B: vrampool::Backend>(e: &mut Engine<B>, t: &Trace) {
+    let mut replayer = Replayer::new(t);
+    let mut target = EngineTarget {
+        engine: e,
+        usage: 0,
+    };
+    while replayer.step(&mut target).unwrap() {
+        target.engine.check_invariants().unwrap();
+    }
+    for h in replayer.take_live() {
+        target.engine.free(h).unwrap();
+    }
+}
+
+#[test]
+fn a_workload_run_as_recorded_gets_its_plan() {
+    for name in ["gpt_train", "resnet_train", "batch_sweep", "lstm_train"] {
+        let t = shared(name, 64);
+        let mut e = engine();
+        let plan = Foresight::plan(&t, e.config().alignment, 256 * MIB).unwrap();
+        e.follow(&plan, 0).unwrap();
+        assert_eq!(e.stats().counters.device_allocs, plan.segments.len() as u64);
+        let r = replay(&mut e, &t, 0);
+        let followed = e.follow_stats();
+        assert_eq!(
+            followed.placed,
+            t.allocations() as u64,
+            "{name}: {followed:?}"
+        );
+        assert_eq!(followed.unplaced, 0, "{name}");
+        // Used up: the engine follows no more, and the segments are ordinary.
+        assert!(!followed.following);
+        assert!(
+            e.snapshot()
+                .segments
+                .iter()
+                .all(|s| s.class == SegmentClass::Large && !s.pinned)
+        );
+        assert_eq!(
+            (r.peak_reserved, r.device_allocs),
+            (plan.reserved(), 0),
+            "{name}"
+        );
+        let bound = 1.10 * t.peak_live as f64 + 2.0 * MIB as f64;
+        assert!((r.peak_reserved as f64) <= bound, "{name}");
+        e.check_invariants().unwrap();
+        // Nothing is live: empty_cache gives every planned byte back.
+        assert_eq!(e.empty_cache(), plan.reserved());
+    }
+}
+
+#[test]
+fn invariants_hold_at_every_step_of_a_followed_replay() {
+    let t = shared("gpt_train", 64);
+    let mut e = engine();
+    let plan = Foresight::plan(&t, e.config().alignment, 256 * MIB).unwrap();
+    e.follow(&plan, 0).unwrap();
+    replay_checked(&mut e, &t);
+    assert_eq!(e.follow_stats().placed, t.allocations() as u64);
+}
+
+#[test]
+fn a_workload_that_leaves_its_plan_falls_back_and_gets_the_segments_back() {
+    // The plan of gpt_train ÷64, followed by the same workload with every
+    // tensor 10 % larger: no request matches, the policy serves them all,
+    // and after 64 misses in a row the planned segments are ordinary cache.
+    let t = shared("gpt_train", 64);
+    let mut e = engine();
+    let plan = Foresight::plan(&t, e.config().alignment, 256 * MIB).unwrap();
+    e.follow(&plan, 0).unwrap();
+    let grown = t.resized(1.1);
+    replay_checked(&mut e, &grown);
+    let s = e.follow_stats();
+    assert_eq!(s.placed, 0);
+    assert!(!s.following);
+    assert_eq!(
+        s.unplaced, 64,
+        "it stopped counting when it stopped following"
+    );
+    assert!(
+        e.snapshot()
+            .segments
+            .iter()
+            .all(|s| !s.pinned && s.class != SegmentClass::Planned)
+    );
+    e.check_invariants().unwrap();
+    assert_eq!(e.stats().total.allocated_bytes.current, 0);
+    e.empty_cache();
+    assert_eq!(e.stats().total.reserved_bytes.current, 0);
+}
+
+#[test]
+fn requests_the_plan_did_not_foresee_go_to_the_policy_and_leave_the_plan_whole() {
+    // a, b live together, then c: the plan packs them into one 4 MiB segment.
+    let t = trace(&[
+        (true, 1, 3 * MIB),
+        (true, 2, MIB),
+        (false, 1, 3 * MIB),
+        (false, 2, MIB),
+        (true, 3, 4 * MIB),
+        (false, 3, 4 * MIB),
+    ]);
+    let mut e = engine();
+    let plan = Foresight::plan(&t, e.config().alignment, 256 * MIB).unwrap();
+    e.follow(&plan, 0).unwrap();
+    // The plan's free space serves only what it placed: not in the figure of
+    // the largest request the cache could serve.
+    assert_eq!(e.stats().largest_free_block, 0);
+    let planned = e.snapshot().segments[0].id;
+    let a = e.allocate(vrampool::Request::new(3 * MIB, 0)).unwrap();
+    // A request the recording lacks: not in the planned segment.
+    let extra = e.allocate(vrampool::Request::new(MIB / 2, 0)).unwrap();
+    assert_ne!(extra.segment.0, planned);
+    let b = e.allocate(vrampool::Request::new(MIB, 0)).unwrap();
+    assert_eq!((a.segment.0, a.offset), (planned, plan.blocks[0].offset));
+    assert_eq!((b.segment.0, b.offset), (planned, plan.blocks[1].offset));
+    for id in [a.id, b.id, extra.id] {
+        e.free(id).unwrap();
+    }
+    let c = e.allocate(vrampool::Request::new(4 * MIB, 0)).unwrap();
+    assert_eq!((c.segment.0, c.offset), (planned, 0));
+    assert_eq!(e.follow_stats().placed, 3);
+    assert_eq!(e.follow_stats().unplaced, 1);
+    e.check_invariants().unwrap();
+    // Used up: ordinary cache, the whole 4 MiB free for any request.
+    e.free(c.id).unwrap();
+    assert!(!e.follow_stats().following);
+    assert_eq!(e.stats().largest_free_block, 4 * MIB);
+    e.check_invariants().unwrap();
+}
+
+#[test]
+fn bad_plans_and_refusals_are_errors_that_pin_nothing() {
+    let t = trace(&[(true, 1, 3 * MIB), (true, 2, 3 * MIB)]);
+    // Planned with another alignment than the engine's.
+    let odd = Foresight::plan(&t, 128, 256 * MIB).unwrap();
+    let mut odd_sized = odd.clone();
+    odd_sized.blocks[1].offset += 128;
+    let e = engine().follow(&odd_sized, 0).unwrap_err();
+    assert!(e.to_string().contains("alignment 256"), "{e}");
+    // Larger than a buffer may be.
+    let plan = Foresight::plan(&t, 256, 8 << 30).unwrap();
+    let mut small = Engine::new(
+        SimulatedDevice::with_max_buffer_size(8 << 30, 4 * MIB),
+        Config::default(),
+    )
+    .unwrap();
+    assert!(matches!(
+        small.follow(&plan, 0),
+        Err(Error::TooLarge { .. })
+    ));
+    // Over the limit.
+    let mut limited = Engine::new(
+        SimulatedDevice::new(8 << 30),
+        Config {
+            limit: Some(Limit::Bytes(4 * MIB)),
+            ..Config::default()
+        },
+    )
+    .unwrap();
+    let e = limited.follow(&plan, 0).unwrap_err();
+    assert!(e.to_string().contains("raise the limit"), "{e}");
+    assert_eq!(limited.stats().total.reserved_bytes.current, 0);
+    // The device refuses the second of two segments: the first is ordinary
+    // cache, released by empty_cache, and the engine follows nothing.
+    let two = Foresight::plan(&t, 256, 4 * MIB).unwrap();
+    assert_eq!(two.segments.len(), 2);
+    let faults = Faults::new();
+    let mut e = Engine::new(
+        Faulty::new(SimulatedDevice::new(8 << 30), faults.clone()),
+        Config::default(),
+    )
+    .unwrap();
+    faults.refuse(2, Fault::OutOfMemory);
+    assert!(matches!(e.follow(&two, 0), Err(Error::OutOfMemory(_))));
+    assert!(!e.follow_stats().following);
+    assert!(e.snapshot().segments.iter().all(|s| !s.pinned));
+    e.check_invariants().unwrap();
+    assert_eq!(e.empty_cache(), 3 * MIB);
+}
+
+/// A random trace: each step allocates a new pointer or frees a live one.
+fn random_trace() -> impl Strategy<Value = Trace> {
+    proptest::collection::vec(
+        (any::<bool>(), 1u64..(3 * MIB), any::<prop::sample::Index>()),
+        1..600,
+    )
+    .prop_map(|steps| {
+        let (mut rows, mut live, mut next) = (Vec::new(), Vec::<(u64, u64)>::new(), 1u64);
+        for (alloc, size, pick) in steps {
+            if alloc || live.is_empty() {
+                rows.push((true, next, size));
+                live.push((next, size));
+                next += 1;
+            } else {
+                let (p, s) = live.swap_remove(pick.index(live.len()));
+                rows.push((false, p, s));
+            }
+        }
+        trace(&rows)
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    #[test]
+    fn any_trace_followed_gets_its_plan(t in random_trace(), cap_mib in 3u64..32) {
+        let mut e = Engine::new(
+            SimulatedDevice::with_max_buffer_size(8 << 30, cap_mib * MIB),
+            Config::default(),
+        )
+        .unwrap();
+        let plan = Foresight::plan(&t, e.config().alignment, cap_mib * MIB).unwrap();
+        e.follow(&plan, 0).unwrap();
+        replay_checked(&mut e, &t);
+        prop_assert_eq!(e.follow_stats().placed, t.allocations() as u64);
+        prop_assert_eq!(e.stats().total.reserved_bytes.peak, plan.reserved());
+    }
+}
