@@ -48,7 +48,7 @@ pub struct SnapshotSegment {
     pub size: u64,
     /// The address used in recorded traces.
     pub address: u64,
-    /// Pinned by preallocation.
+    /// Pinned: the preallocation, or a plan's segment while it is followed.
     pub pinned: bool,
     /// Blocks in offset order; they tile the segment.
     pub blocks: Vec<SnapshotBlock>,

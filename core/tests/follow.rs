@@ -219,6 +219,63 @@ fn bad_plans_and_refusals_are_errors_that_pin_nothing() {
     assert_eq!(e.empty_cache(), 3 * MIB);
 }
 
+#[test]
+fn a_run_that_lacks_some_of_the_recording_skips_them_and_empty_cache_ends_the_plan() {
+    // Recorded: a, b, c one after another; this run makes a and c only.
+    let t = trace(&[
+        (true, 1, 3 * MIB),
+        (false, 1, 3 * MIB),
+        (true, 2, 2 * MIB),
+        (false, 2, 2 * MIB),
+        (true, 3, MIB),
+        (true, 4, MIB),
+    ]);
+    let mut e = engine();
+    let plan = Foresight::plan(&t, e.config().alignment, 256 * MIB).unwrap();
+    e.follow(&plan, 0).unwrap();
+    let a = e.allocate(vrampool::Request::new(3 * MIB, 0)).unwrap();
+    e.free(a.id).unwrap();
+    let c = e.allocate(vrampool::Request::new(MIB, 0)).unwrap();
+    assert_eq!((c.segment, c.offset), (a.segment, plan.blocks[2].offset));
+    assert_eq!(e.follow_stats().placed, 2);
+    // Unforeseen requests while following: the soft headroom releases
+    // nothing for them (the plan is the memory foreseen).
+    // (Without a plan, the 20 and 24 MiB ones would have the 16 and 20 MiB
+    // cached segments released for them.)
+    for size in [16 * MIB, 20 * MIB, 24 * MIB] {
+        let x = e.allocate(vrampool::Request::new(size, 0)).unwrap();
+        e.free(x.id).unwrap();
+    }
+    assert_eq!(e.stats().counters.device_frees, 0);
+    // The run ends before its plan (block 3 never comes): empty_cache gives
+    // the plan up and releases every segment with nothing live.
+    e.free(c.id).unwrap();
+    assert!(e.follow_stats().following);
+    e.empty_cache();
+    assert!(!e.follow_stats().following);
+    assert_eq!(e.stats().total.reserved_bytes.current, 0);
+    e.check_invariants().unwrap();
+}
+
+#[test]
+fn plans_the_engine_cannot_index_are_refused() {
+    let t = trace(&[(true, 1, MIB)]);
+    let mut plan = Foresight::plan(&t, 256, 256 * MIB).unwrap();
+    plan.blocks[0].segment = 3;
+    let e = engine().follow(&plan, 0).unwrap_err();
+    assert!(e.to_string().contains("segment 3 of 1"), "{e}");
+    let mut huge = Foresight::plan(&t, 256, 256 * MIB).unwrap();
+    huge.segments[0] = 1 << 40;
+    let mut big = Engine::new(
+        SimulatedDevice::with_max_buffer_size(u64::MAX, u64::MAX),
+        Config::default(),
+    )
+    .unwrap();
+    let e = big.follow(&huge, 0).unwrap_err();
+    assert!(e.to_string().contains("must be under"), "{e}");
+    assert_eq!(big.stats().total.reserved_bytes.current, 0);
+}
+
 /// A random trace: each step allocates a new pointer or frees a live one.
 fn random_trace() -> impl Strategy<Value = Trace> {
     proptest::collection::vec(

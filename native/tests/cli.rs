@@ -734,6 +734,11 @@ fn bad_requests_are_refused() {
         "drop --budget and --min-budget",
     );
     refuses(
+        &["replay", "--simulate", "--follow", "--access", "any", &t],
+        &[],
+        "drop --access, --submit-every and --policy",
+    );
+    refuses(
         &["corpus", "--scales", "0", &t],
         &[],
         "--scales 0: a divisor must be at least 1",

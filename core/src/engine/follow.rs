@@ -29,6 +29,14 @@ pub(super) const WINDOW: usize = 8;
 /// Requests in a row that match nothing before the engine stops following.
 pub(super) const GIVE_UP: u32 = 64;
 
+/// A planned segment is under this (1 TiB): its free blocks are indexed by
+/// `segment << 40 | offset` (see `free_index::BY_OFFSET`).
+const MAX_PLANNED_SEGMENT: u64 = 1 << 40;
+
+/// Engine segment indexes a plan's segments may have (2^24: the index's
+/// value holds 64 − 40 bits of segment).
+const MAX_PLANNED_INDEX: u32 = 1 << 24;
+
 /// A plan being followed.
 pub(super) struct Following {
     /// The pool the plan's requests come from.
@@ -76,8 +84,12 @@ impl<B: Backend> Engine<B> {
     /// last one matched, if its range is free; a request the plan does not
     /// foresee is served by the policy as always. Once 64 requests in a row
     /// match nothing (the workload has left the plan), or the plan is used
-    /// up, the engine stops following ([`Engine::stop_following`]). A plan
-    /// followed before is given up first.
+    /// up, the engine stops following ([`Engine::stop_following`]), and so
+    /// does [`Engine::empty_cache`] (a run that ends before its plan does
+    /// gets the plan's memory back there). While a plan is followed the soft
+    /// headroom does not act (the plan is the memory the workload was
+    /// foreseen to need), and the plan's free space counts as cached but not
+    /// in `largest_free_block`. A plan followed before is given up first.
     ///
     /// ```
     /// use vrampool::trace::Foresight;
@@ -111,6 +123,25 @@ impl<B: Backend> Engine<B> {
                 b.size, b.offset
             )));
         }
+        if let Some(b) = plan
+            .blocks
+            .iter()
+            .find(|b| b.segment >= plan.segments.len())
+        {
+            return Err(Error::Config(format!(
+                "the plan places a block in segment {} of {}: not a plan Foresight::plan made",
+                b.segment,
+                plan.segments.len()
+            )));
+        }
+        if let Some(&s) = plan.segments.iter().find(|&&s| s >= MAX_PLANNED_SEGMENT) {
+            return Err(Error::Config(format!(
+                "the plan has a segment of {}: a plan's segments must be under {} (its free \
+                 blocks are indexed by segment << 40 | offset); plan with a smaller max_segment",
+                crate::fmt_bytes(s),
+                crate::fmt_bytes(MAX_PLANNED_SEGMENT)
+            )));
+        }
         if let Some(&s) = plan.segments.iter().find(|&&s| s > self.max_segment) {
             return Err(Error::TooLarge {
                 requested: s,
@@ -133,8 +164,21 @@ impl<B: Backend> Engine<B> {
         let mut segments = Vec::with_capacity(plan.segments.len());
         for (i, &size) in plan.segments.iter().enumerate() {
             let label = format!("vrampool planned segment {i}");
-            match self.create_pinned(pool, usage, label, SegmentClass::Planned, size) {
-                Ok(s) => segments.push(s),
+            let made = self
+                .create_pinned(pool, usage, label, SegmentClass::Planned, size)
+                .and_then(|s| {
+                    segments.push(s);
+                    if s < MAX_PLANNED_INDEX {
+                        Ok(s)
+                    } else {
+                        Err(Error::Config(format!(
+                            "the engine holds {s} segment slots: a plan's segments must have \
+                             an index under {MAX_PLANNED_INDEX}; empty the cache first"
+                        )))
+                    }
+                });
+            match made {
+                Ok(_) => {}
                 Err(e) => {
                     // Those made already become ordinary cached segments.
                     self.following = Some(Following {
@@ -239,13 +283,20 @@ impl<B: Backend> Engine<B> {
         };
         f.cursor = k + 1;
         f.misses_in_a_row = 0;
-        let done = f.cursor == f.entries.len();
         self.follow_stats.placed += 1;
-        let b = self.cut_at(b, e.offset);
-        if done {
+        Some(self.cut_at(b, e.offset))
+    }
+
+    /// Stops following once the last planned allocation was placed (after
+    /// its block was taken, under the plan's split rule).
+    pub(super) fn stop_following_if_used_up(&mut self) {
+        if self
+            .following
+            .as_ref()
+            .is_some_and(|f| f.cursor == f.entries.len())
+        {
             self.stop_following();
         }
-        Some(b)
     }
 
     /// The free block of `segment` (of the pool `pool`) that holds
@@ -254,9 +305,9 @@ impl<B: Backend> Engine<B> {
     fn free_block_at(&self, pool: u16, segment: u32, offset: u64, size: u64) -> Option<u32> {
         let key = self.key(SegmentClass::Planned);
         let at = (segment as u64) << 40 | offset;
-        let (entry, b) = self.pools[pool as usize].free.at_or_below(key, at)?;
+        let (_, b) = self.pools[pool as usize].free.at_or_below(key, at)?;
         let block = &self.blocks[b as usize];
-        let holds = entry >> 40 == segment as u64
+        let holds = block.segment == segment
             && block.offset <= offset
             && offset + size <= block.offset + block.size;
         holds.then_some(b)

@@ -1,5 +1,7 @@
 //! The free blocks of one usage pool, ordered for best fit: by class key,
-//! then size, then block index (so among equal sizes the lowest index wins).
+//! then size, then block index (so among equal sizes the lowest index wins);
+//! a followed plan's blocks by class key, then segment and offset
+//! ([`BY_OFFSET`]).
 //!
 //! Each entry is packed into one `u128` (key in bits 96–103, size in 32–95,
 //! index in 0–31), whose integer order is the order of the

@@ -95,10 +95,10 @@ impl<B: Backend> Engine<B> {
     /// or refuse (the wgpu binding then first takes back blocks other threads
     /// parked, and plans).
     pub(crate) fn allocate_cached(&mut self, req: &Request) -> Option<Allocation> {
+        // (The wgpu binding, which calls this, follows no plan: its front
+        // cache serves hits without the engine, so a plan's order would drift.)
         let (pool, class, rounded) = self.admit(req).ok()?;
-        let b = self
-            .planned_block(pool, rounded)
-            .or_else(|| self.find_cached(pool, class, rounded))?;
+        let b = self.find_cached(pool, class, rounded)?;
         self.tick += 1;
         self.counters.cache_hits += 1;
         Some(self.take_block(b, rounded, req.clone()))
@@ -127,10 +127,13 @@ impl<B: Backend> Engine<B> {
     pub fn plan(&mut self, req: Request) -> Result<Planned> {
         let (pool, class, rounded) = self.admit(&req)?;
         self.tick += 1;
-        let cached = self
-            .planned_block(pool, rounded)
-            .or_else(|| self.find_cached(pool, class, rounded));
-        if let Some(b) = cached {
+        if let Some(b) = self.planned_block(pool, rounded) {
+            self.counters.cache_hits += 1;
+            let a = self.take_block(b, rounded, req);
+            self.stop_following_if_used_up();
+            return Ok(Planned::Hit(a));
+        }
+        if let Some(b) = self.find_cached(pool, class, rounded) {
             self.counters.cache_hits += 1;
             return Ok(Planned::Hit(self.take_block(b, rounded, req)));
         }
@@ -276,7 +279,10 @@ impl<B: Backend> Engine<B> {
     /// The soft headroom's cap on reserved bytes if `rounded` more were allocated.
     fn soft_target(&self, rounded: u64) -> Option<u64> {
         let h = self.config.headroom?;
-        if self.under_budget() {
+        // While a plan is followed its segments are the memory the workload
+        // was foreseen to need: releasing the policy's own segments to keep
+        // under a target the plan already fills only churns.
+        if self.under_budget() || self.following.is_some() {
             return None;
         }
         let peak = self

@@ -159,8 +159,11 @@ impl<B: Backend> Engine<B> {
 
     /// Releases every cached segment that holds no live block (pinned
     /// preallocations excepted) back to the device, like
-    /// `torch.cuda.empty_cache()`. Never touches live blocks. Returns the bytes released.
+    /// `torch.cuda.empty_cache()`. Never touches live blocks. Gives up a
+    /// plan being followed first ([`Engine::stop_following`]), so its empty
+    /// segments go too. Returns the bytes released.
     pub fn empty_cache(&mut self) -> u64 {
+        self.stop_following();
         let released = self.release(u64::MAX);
         self.counters.last_empty_cache_bytes = released;
         released

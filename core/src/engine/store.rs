@@ -80,7 +80,8 @@ pub(super) struct UsagePool {
     pub(super) group: u8,
     pub(super) name: String,
     /// Free blocks by (class key, size, index): best fit is the first at or
-    /// above the request.
+    /// above the request (a followed plan's blocks by (key, segment and
+    /// offset, index), see `free_index::BY_OFFSET`).
     pub(super) free: FreeIndex,
     pub(super) stats: PoolStats,
     /// Has held a segment: pools only named by refused requests stay out of stats.

@@ -147,6 +147,17 @@ pub fn command(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
             a.policy.name()
         );
     }
+    if a.follow
+        && (a.access != AccessMode::ReadWrite
+            || a.submit_every > 0
+            || (!a.compare && a.policy != PolicyKind::Vrampool))
+    {
+        bail!(
+            "--follow is the vrampool policy following the trace's own plan, every tensor \
+             read_write and freed at once as recorded: drop --access, --submit-every and \
+             --policy (or use --compare)"
+        );
+    }
     if a.follow && (a.budget.is_some() || a.min_budget) {
         bail!(
             "--follow replays the trace's own plan with no limit: the plan is its budget; drop \
