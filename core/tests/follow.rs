@@ -5,29 +5,15 @@
 //! once it has left it, gets the plan's segments back as ordinary cache; bad
 //! plans and device refusals are errors that leave nothing pinned behind.
 
-use std::path::PathBuf;
-
 use proptest::prelude::*;
 use vrampool::fault::{Fault, Faults, Faulty};
 use vrampool::trace::{EngineTarget, Foresight, Replayer};
 use vrampool::{Config, Engine, Error, Limit, SegmentClass, SimulatedDevice, Trace, replay};
 
+mod common;
+use common::{beside_then_after, random_trace, shared, trace};
+
 const MIB: u64 = 1 << 20;
-
-fn trace(rows: &[(bool, u64, u64)]) -> Trace {
-    let mut csv = String::from("Thread,Time,Action,Pointer,Size,Stream\n");
-    for &(alloc, p, size) in rows {
-        let action = if alloc { "allocate" } else { "free" };
-        csv.push_str(&format!("0,0,{action},{p:#x},{size},0x0\n"));
-    }
-    Trace::parse("made", csv.as_bytes()).unwrap()
-}
-
-fn shared(name: &str, scale: u64) -> Trace {
-    let path =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../data/traces/{name}.csv.gz"));
-    Trace::open(path).unwrap().scaled(scale)
-}
 
 fn engine() -> Engine<SimulatedDevice> {
     Engine::new(
@@ -132,14 +118,7 @@ fn a_workload_that_leaves_its_plan_falls_back_and_gets_the_segments_back() {
 #[test]
 fn requests_the_plan_did_not_foresee_go_to_the_policy_and_leave_the_plan_whole() {
     // a, b live together, then c: the plan packs them into one 4 MiB segment.
-    let t = trace(&[
-        (true, 1, 3 * MIB),
-        (true, 2, MIB),
-        (false, 1, 3 * MIB),
-        (false, 2, MIB),
-        (true, 3, 4 * MIB),
-        (false, 3, 4 * MIB),
-    ]);
+    let t = beside_then_after();
     let mut e = engine();
     let plan = Foresight::plan(&t, e.config().alignment, 256 * MIB).unwrap();
     e.follow(&plan, 0).unwrap();
@@ -276,33 +255,11 @@ fn plans_the_engine_cannot_index_are_refused() {
     assert_eq!(big.stats().total.reserved_bytes.current, 0);
 }
 
-/// A random trace: each step allocates a new pointer or frees a live one.
-fn random_trace() -> impl Strategy<Value = Trace> {
-    proptest::collection::vec(
-        (any::<bool>(), 1u64..(3 * MIB), any::<prop::sample::Index>()),
-        1..600,
-    )
-    .prop_map(|steps| {
-        let (mut rows, mut live, mut next) = (Vec::new(), Vec::<(u64, u64)>::new(), 1u64);
-        for (alloc, size, pick) in steps {
-            if alloc || live.is_empty() {
-                rows.push((true, next, size));
-                live.push((next, size));
-                next += 1;
-            } else {
-                let (p, s) = live.swap_remove(pick.index(live.len()));
-                rows.push((false, p, s));
-            }
-        }
-        trace(&rows)
-    })
-}
-
 proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
     #[test]
-    fn any_trace_followed_gets_its_plan(t in random_trace(), cap_mib in 3u64..32) {
+    fn any_trace_followed_gets_its_plan(t in random_trace(600), cap_mib in 3u64..32) {
         let mut e = Engine::new(
             SimulatedDevice::with_max_buffer_size(8 << 30, cap_mib * MIB),
             Config::default(),

@@ -3,35 +3,19 @@
 //! under the cap, bad input is refused with what to do, and on a real trace
 //! the plan holds what the no-limit target asks of a policy.
 
-use std::path::PathBuf;
-
 use proptest::prelude::*;
 use vrampool::trace::{Foresight, ForesightError};
 use vrampool::{Config, Engine, SimulatedDevice, Trace, replay};
 
-const MIB: u64 = 1 << 20;
+mod common;
+use common::{beside_then_after, random_trace, shared, trace};
 
-/// A trace from (allocate?, pointer, size) rows.
-fn trace(rows: &[(bool, u64, u64)]) -> Trace {
-    let mut csv = String::from("Thread,Time,Action,Pointer,Size,Stream\n");
-    for &(alloc, p, size) in rows {
-        let action = if alloc { "allocate" } else { "free" };
-        csv.push_str(&format!("0,0,{action},{p:#x},{size},0x0\n"));
-    }
-    Trace::parse("made", csv.as_bytes()).unwrap()
-}
+const MIB: u64 = 1 << 20;
 
 #[test]
 fn blocks_live_apart_share_their_bytes_and_blocks_live_together_do_not() {
     // a and b are live together; c comes after both are freed.
-    let t = trace(&[
-        (true, 1, 3 * MIB),
-        (true, 2, MIB),
-        (false, 1, 3 * MIB),
-        (false, 2, MIB),
-        (true, 3, 4 * MIB),
-        (false, 3, 4 * MIB),
-    ]);
+    let t = beside_then_after();
     let plan = Foresight::plan(&t, 256, 1 << 30).unwrap();
     assert_eq!(plan.segments, vec![4 * MIB]);
     let [a, b, c] = plan.blocks[..] else {
@@ -111,43 +95,15 @@ fn assert_layout(plan: &Foresight, t: &Trace, cap: u64) {
     assert!(plan.reserved() >= t.peak_live && plan.reserved() <= total);
 }
 
-/// A random trace: each step allocates a new pointer or frees a live one;
-/// up to 3 000 events, so lifetimes cross the planner's 512-event buckets.
-fn random_trace() -> impl Strategy<Value = Trace> {
-    proptest::collection::vec(
-        (any::<bool>(), 1u64..(3 * MIB), any::<prop::sample::Index>()),
-        1..3000,
-    )
-    .prop_map(|steps| {
-        let (mut rows, mut live, mut next) = (Vec::new(), Vec::<(u64, u64)>::new(), 1u64);
-        for (alloc, size, pick) in steps {
-            if alloc || live.is_empty() {
-                rows.push((true, next, size));
-                live.push((next, size));
-                next += 1;
-            } else {
-                let (p, s) = live.swap_remove(pick.index(live.len()));
-                rows.push((false, p, s));
-            }
-        }
-        trace(&rows)
-    })
-}
-
 proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
+    // Up to 3 000 events, so lifetimes cross the planner's 512-event buckets.
     #[test]
-    fn a_plan_is_a_layout_a_pool_could_follow(t in random_trace(), cap_mib in 3u64..64) {
+    fn a_plan_is_a_layout_a_pool_could_follow(t in random_trace(3000), cap_mib in 3u64..64) {
         let cap = cap_mib * MIB;
         assert_layout(&Foresight::plan(&t, 256, cap).unwrap(), &t, cap);
     }
-}
-
-fn shared(name: &str, scale: u64) -> Trace {
-    let path =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../data/traces/{name}.csv.gz"));
-    Trace::open(path).unwrap().scaled(scale)
 }
 
 #[test]
