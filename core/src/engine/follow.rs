@@ -20,7 +20,7 @@ use crate::trace::Foresight;
 use crate::types::SegmentClass;
 
 use super::Engine;
-use super::store::{Block, BlockState, NONE};
+use super::store::{BlockState, NONE};
 
 /// How many planned allocations past the last match a request may match:
 /// a few allocations the recording had and this run lacks are skipped over.
@@ -164,34 +164,24 @@ impl<B: Backend> Engine<B> {
         let mut segments = Vec::with_capacity(plan.segments.len());
         for (i, &size) in plan.segments.iter().enumerate() {
             let label = format!("vrampool planned segment {i}");
-            let made = self
-                .create_pinned(pool, usage, label, SegmentClass::Planned, size)
-                .and_then(|s| {
+            let made = self.create_pinned(pool, usage, label, SegmentClass::Planned, size);
+            let refused = match made {
+                Ok(s) if s < MAX_PLANNED_INDEX => {
                     segments.push(s);
-                    if s < MAX_PLANNED_INDEX {
-                        Ok(s)
-                    } else {
-                        Err(Error::Config(format!(
-                            "the engine holds {s} segment slots: a plan's segments must have \
-                             an index under {MAX_PLANNED_INDEX}; empty the cache first"
-                        )))
-                    }
-                });
-            match made {
-                Ok(_) => {}
-                Err(e) => {
-                    // Those made already become ordinary cached segments.
-                    self.following = Some(Following {
-                        pool,
-                        entries: Vec::new(),
-                        cursor: 0,
-                        segments,
-                        misses_in_a_row: 0,
-                    });
-                    self.stop_following();
-                    return Err(e);
+                    continue;
                 }
-            }
+                Ok(s) => {
+                    segments.push(s);
+                    Error::Config(format!(
+                        "the engine holds {s} segment slots: a plan's segments must have an \
+                         index under {MAX_PLANNED_INDEX}; empty the cache first"
+                    ))
+                }
+                Err(e) => e,
+            };
+            // Those made already become ordinary cached segments.
+            self.unplan(segments);
+            return Err(refused);
         }
         let entries = plan
             .blocks
@@ -221,18 +211,23 @@ impl<B: Backend> Engine<B> {
     /// request by best fit; the headroom, limits and `empty_cache` release
     /// them once nothing in them is live).
     pub fn stop_following(&mut self) {
-        let Some(f) = self.following.take() else {
-            return;
-        };
-        self.follow_stats.following = false;
+        if let Some(f) = self.following.take() {
+            self.follow_stats.following = false;
+            self.unplan(f.segments);
+        }
+    }
+
+    /// Makes the plan's `segments` ordinary large segments: unpinned, their
+    /// free blocks re-indexed by size under the large key.
+    fn unplan(&mut self, segments: Vec<u32>) {
         let large = self.key(SegmentClass::Large);
         let planned = self.key(SegmentClass::Planned);
-        for s in f.segments {
+        for s in segments {
             let Some(seg) = self.segments[s as usize].as_ref() else {
                 continue;
             };
             let (pool, first) = (seg.pool as usize, seg.first);
-            // Re-indexed by size, under the large key, before the class changes.
+            // Re-indexed before the class changes (entry_of reads the key).
             let mut b = first;
             while b != NONE {
                 if self.blocks[b as usize].state == BlockState::Free {
@@ -316,15 +311,9 @@ impl<B: Backend> Engine<B> {
     /// Splits free block `b` so that a free block starts at `offset` (inside
     /// it), and returns that block.
     fn cut_at(&mut self, b: u32, offset: u64) -> u32 {
-        let (segment, start, size, next, dirty) = {
+        let (segment, start) = {
             let block = &self.blocks[b as usize];
-            (
-                block.segment,
-                block.offset,
-                block.size,
-                block.next,
-                block.dirty,
-            )
+            (block.segment, block.offset)
         };
         if offset == start {
             return b;
@@ -334,32 +323,13 @@ impl<B: Backend> Engine<B> {
             (s.pool as usize, s.class)
         };
         let key = self.key(class);
-        let head = offset - start;
-        let rest = self.new_block(Block {
-            segment,
-            offset,
-            size: size - head,
-            prev: b,
-            next,
-            state: BlockState::Free,
-            generation: 0,
-            requested: 0,
-            dirty,
-            label: None,
-        });
-        if next != NONE {
-            self.blocks[next as usize].prev = rest;
-        }
-        self.blocks[b as usize].next = rest;
-        self.blocks[b as usize].size = head;
         debug_assert_eq!(
             key,
             super::free_index::BY_OFFSET,
             "only a plan's blocks are cut"
         );
-        // Indexed by offset: `b` keeps its entry, `rest` gets one.
-        let entry = self.entry_of(key, rest);
-        self.pools[pool].free.insert(key, entry, rest);
+        // Indexed by offset, `b` keeps its entry: both halves stay free.
+        let rest = self.split_off(b, offset - start, pool, key);
         for st in [&mut self.total, &mut self.pools[pool].stats] {
             st.free_blocks.add(1);
         }

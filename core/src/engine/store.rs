@@ -267,27 +267,7 @@ impl<B: Backend> Engine<B> {
             _ => remainder >= self.config.alignment,
         };
         let block_size = if split {
-            let next = self.blocks[b as usize].next;
-            let dirty = self.blocks[b as usize].dirty;
-            let rest = self.new_block(Block {
-                segment,
-                offset: offset + rounded,
-                size: remainder,
-                prev: b,
-                next,
-                state: BlockState::Free,
-                generation: 0,
-                requested: 0,
-                dirty,
-                label: None,
-            });
-            if next != NONE {
-                self.blocks[next as usize].prev = rest;
-            }
-            self.blocks[b as usize].next = rest;
-            self.blocks[b as usize].size = rounded;
-            let entry = self.entry_of(key, rest);
-            self.pools[pool].free.insert(key, entry, rest);
+            self.split_off(b, rounded, pool, key);
             rounded
         } else {
             for st in [&mut self.total, &mut self.pools[pool].stats] {
@@ -326,6 +306,44 @@ impl<B: Backend> Engine<B> {
             size: block_size,
             fresh,
         }
+    }
+
+    /// Splits block `b` after its first `len` bytes: the rest becomes a new
+    /// free block right after it, linked into the segment and put in the
+    /// free index (under `key`, in `pool`); `b`'s own entry and the pool's
+    /// block counts are the caller's. Returns the new block.
+    #[inline]
+    pub(super) fn split_off(&mut self, b: u32, len: u64, pool: usize, key: u8) -> u32 {
+        let (segment, offset, size, next, dirty) = {
+            let block = &self.blocks[b as usize];
+            (
+                block.segment,
+                block.offset,
+                block.size,
+                block.next,
+                block.dirty,
+            )
+        };
+        let rest = self.new_block(Block {
+            segment,
+            offset: offset + len,
+            size: size - len,
+            prev: b,
+            next,
+            state: BlockState::Free,
+            generation: 0,
+            requested: 0,
+            dirty,
+            label: None,
+        });
+        if next != NONE {
+            self.blocks[next as usize].prev = rest;
+        }
+        self.blocks[b as usize].next = rest;
+        self.blocks[b as usize].size = len;
+        let entry = self.entry_of(key, rest);
+        self.pools[pool].free.insert(key, entry, rest);
+        rest
     }
 
     pub(super) fn live_block(&self, id: BlockId) -> Result<&Block> {
