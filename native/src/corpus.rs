@@ -9,13 +9,15 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use serde::Serialize;
-use vrampool::trace::{DeviceCost, Foresight, Missed, RowFigures, Targets, smallest_budget};
+use vrampool::trace::{
+    DeviceCost, Foresight, ForesightError, Missed, RowFigures, Targets, smallest_budget,
+};
 use vrampool::{Config, Engine, Limit, SimulatedDevice, Trace, fmt_bytes, replay};
 
 use crate::settings::configured;
@@ -279,9 +281,13 @@ fn figures(
 const JITTER: f64 = 0.1;
 
 /// One row: `full` at `scale`, `resize` and `jitter`, through both policies.
+/// A (trace, scale)'s static plan as recorded, made once (see [`row`]).
+type RecordedPlan = OnceLock<Result<Foresight, ForesightError>>;
+
 fn row(
     full: &Trace,
     (scale, resize, jitter): Variant,
+    recorded_plan: &RecordedPlan,
     ours: &Config,
     a: &CorpusArgs,
 ) -> Result<Row> {
@@ -307,16 +313,14 @@ fn row(
             fmt_bytes(a.max_buffer_size)
         );
     }
-    let followed = if a.follow {
-        Some(Foresight::plan(
-            &recorded,
-            ours.alignment,
-            a.max_buffer_size,
-        )?)
-    } else {
-        None
+    let as_recorded = || -> Result<&Foresight> {
+        recorded_plan
+            .get_or_init(|| Foresight::plan(&recorded, ours.alignment, a.max_buffer_size))
+            .as_ref()
+            .map_err(|e| anyhow::Error::new(e.clone()))
     };
-    let v = figures(&t, ours, followed.as_ref(), a).context("vrampool")?;
+    let followed = if a.follow { Some(as_recorded()?) } else { None };
+    let v = figures(&t, ours, followed, a).context("vrampool")?;
     let p = figures(&t, &Config::pytorch(), None, a).context("pytorch")?;
     let targets = Targets {
         full_size: scale == 1,
@@ -324,7 +328,13 @@ fn row(
     };
     let missed = targets.missed(&v.row, &p.row);
     let foresight = if a.foresight {
-        let plan = Foresight::plan(&t, ours.alignment, a.max_buffer_size)?;
+        let own;
+        let plan = if resize == 1.0 && jitter == 0 {
+            as_recorded()?
+        } else {
+            own = Foresight::plan(&t, ours.alignment, a.max_buffer_size)?;
+            &own
+        };
         let row = RowFigures {
             peak_live: t.peak_live,
             peak_reserved: plan.reserved(),
@@ -395,11 +405,17 @@ pub fn command(a: &CorpusArgs, c: &Common) -> Result<ExitCode> {
     }
     // Every (trace, scale, resize, jitter), in that order.
     let mut jobs = Vec::new();
-    for t in &traces {
-        for &scale in &scales {
+    // The static plan of each (trace, scale) as recorded, made by the first
+    // job that needs it and shared by its resized and jittered variants.
+    let plans: Vec<RecordedPlan> = (0..traces.len() * scales.len())
+        .map(|_| OnceLock::new())
+        .collect();
+    for (ti, t) in traces.iter().enumerate() {
+        for (si, &scale) in scales.iter().enumerate() {
+            let plan = &plans[ti * scales.len() + si];
             for &f in &resize {
                 for &j in &jitter {
-                    jobs.push((t, (scale, f, j)));
+                    jobs.push((t, (scale, f, j), plan));
                 }
             }
         }
@@ -414,10 +430,10 @@ pub fn command(a: &CorpusArgs, c: &Common) -> Result<ExitCode> {
             s.spawn(|| {
                 while !failed.load(Ordering::Relaxed) {
                     let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(&(full, variant)) = jobs.get(i) else {
+                    let Some(&(full, variant, plan)) = jobs.get(i) else {
                         break;
                     };
-                    let r = row(full, variant, &ours, a)
+                    let r = row(full, variant, plan, &ours, a)
                         .with_context(|| format!("{} {}", full.name, show_variant(variant)));
                     if r.is_err() {
                         failed.store(true, Ordering::Relaxed);

@@ -101,23 +101,28 @@ pub fn run_policy<B: Backend>(
             trace,
             bar,
             probe,
-            |_: &mut _| Ok(()),
+            no_setup,
         ),
         PolicyKind::SizeClass => drive(
             &mut SizeClass::new(b, limit, usage),
             trace,
             bar,
             probe,
-            |_: &mut _| Ok(()),
+            no_setup,
         ),
         PolicyKind::None => drive(
             &mut NoCache::new(b, limit, usage),
             trace,
             bar,
             probe,
-            |_: &mut _| Ok(()),
+            no_setup,
         ),
     }
+}
+
+/// The setup of a replay with nothing to prepare (see [`drive`]).
+fn no_setup<P>(_: &mut P) -> Result<()> {
+    Ok(())
 }
 
 /// Replays `trace` through `p` with core's [`Replayer`], taking a timeline
