@@ -122,3 +122,12 @@ pub enum Error {
 
 /// Shorthand for results in this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl From<crate::trace::RecordedPlanError> for Error {
+    fn from(e: crate::trace::RecordedPlanError) -> Self {
+        match e {
+            crate::trace::RecordedPlanError::Trace(t) => Error::Trace(t),
+            other => Error::Config(other.to_string()),
+        }
+    }
+}

@@ -272,3 +272,110 @@ proptest! {
         prop_assert_eq!(e.stats().total.reserved_bytes.peak, plan.reserved());
     }
 }
+
+/// A workload of two pools (usage 0x80 and 0x40) and an exclusive request,
+/// with a deferred free, run on `e`.
+fn two_pools(e: &mut Engine<SimulatedDevice>) -> Result<(), Error> {
+    use vrampool::Request;
+    for _ in 0..4 {
+        let a = e.allocate(Request::new(3 * MIB, 0x80))?;
+        let u = e.allocate(Request::new(256, 0x40))?;
+        let staging = e.allocate(Request {
+            exclusive: true,
+            ..Request::new(MIB, 0x80)
+        })?;
+        let b = e.allocate(Request::new(MIB, 0x80))?;
+        e.defer_free(a.id)?;
+        // Pending: the 2 MiB tensor may not take a's bytes yet.
+        let c = e.allocate(Request::new(2 * MIB, 0x80))?;
+        let mark = e.defer_mark();
+        e.reclaim_deferred(mark);
+        let d = e.allocate(Request::new(2 * MIB, 0x80))?; // a's bytes now
+        for x in [u, staging, b, c, d] {
+            e.free(x.id)?;
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn a_recording_of_several_pools_is_planned_and_followed_pool_by_pool() {
+    use vrampool::trace::{PoolKey, RecordedPlan};
+    let mut first = engine();
+    first.start_recording();
+    two_pools(&mut first).unwrap();
+    let log = first.take_recording().unwrap();
+    let plan = RecordedPlan::from_recording(&log, 256, 256 * MIB).unwrap();
+    // The exclusive pool is left out; the others in the order they came.
+    let keys: Vec<PoolKey> = plan.pools.iter().map(|p| p.0).collect();
+    assert_eq!(
+        keys,
+        [0x80, 0x40].map(|usage| PoolKey {
+            usage,
+            ..PoolKey::default()
+        })
+    );
+    // The deferred free is recorded at its reclaim: the plan keeps a's
+    // bytes from c (3 + 1 + 2 MiB at once), and gives them to d.
+    assert_eq!(plan.pools[0].1.segments, vec![6 * MIB]);
+
+    let mut next = engine();
+    next.follow_recorded(&plan).unwrap();
+    let made = next.stats().counters.device_allocs;
+    assert_eq!(made, 2);
+    two_pools(&mut next).unwrap();
+    let follow = next.follow_stats();
+    assert_eq!((follow.placed, follow.unplaced), (20, 0), "{follow:?}");
+    assert!(!follow.following);
+    // Only the exclusive request's own segment was made beside the plan.
+    assert_eq!(next.stats().counters.device_allocs, made + 1);
+    next.check_invariants().unwrap();
+}
+
+#[test]
+fn a_plan_of_a_recording_refuses_what_it_cannot_follow_and_pins_nothing() {
+    use vrampool::trace::{PoolKey, RecordedPlan};
+    let t = trace(&[(true, 1, 3 * MIB), (true, 2, 3 * MIB)]);
+    let plan = Foresight::plan(&t, 256, 4 * MIB).unwrap();
+    let key = |usage, exclusive| PoolKey {
+        usage,
+        group: 0,
+        exclusive,
+    };
+    for (pools, why) in [
+        (vec![(key(1, true), plan.clone())], "exclusive"),
+        (
+            vec![(key(1, false), plan.clone()), (key(1, false), plan.clone())],
+            "two plans",
+        ),
+    ] {
+        let mut e = engine();
+        let err = e.follow_recorded(&RecordedPlan { pools }).unwrap_err();
+        assert!(err.to_string().contains(why), "{err}");
+        assert_eq!(e.stats().total.reserved_bytes.current, 0);
+    }
+    // The device refuses the second pool's first segment: the first pool's
+    // become ordinary cache and nothing is followed.
+    let faults = Faults::new();
+    let mut e = Engine::new(
+        Faulty::new(SimulatedDevice::new(8 << 30), faults.clone()),
+        Config::default(),
+    )
+    .unwrap();
+    faults.refuse(3, Fault::OutOfMemory);
+    let two = RecordedPlan {
+        pools: vec![(key(1, false), plan.clone()), (key(2, false), plan)],
+    };
+    assert!(matches!(
+        e.follow_recorded(&two),
+        Err(Error::OutOfMemory(_))
+    ));
+    assert!(!e.follow_stats().following);
+    assert!(e.snapshot().segments.iter().all(|s| !s.pinned));
+    e.check_invariants().unwrap();
+    assert_eq!(e.empty_cache(), 6 * MIB);
+    // A log whose streams are not an engine's pools.
+    let log = "Thread,Time,Action,Pointer,Size,Stream\n0,0,allocate,0x1,256,0x7f0000000000\n";
+    let err = RecordedPlan::from_recording(log, 256, MIB).unwrap_err();
+    assert!(err.to_string().contains("stream 0x7f0000000000"), "{err}");
+}

@@ -204,3 +204,31 @@ fn a_one_gigabyte_line_is_refused_without_reading_it() {
         .to_string();
     assert!(e.contains("line 2: line longer than 64 KiB"), "{e}");
 }
+
+#[test]
+fn streams_are_read_only_where_asked_for_and_a_bad_one_names_its_line() {
+    let log = "Thread,Time,Action,Pointer,Size,Stream\n\
+               0,0,allocate,0x10,4096,0x0\n\
+               0,0,allocate,0x20,8192,0x2a\n\
+               0,0,free,0x20,8192,42\n\
+               0,0,allocate,0x30,512,cuda\n";
+    // `parse` does not read the column (logs from elsewhere put their own
+    // things there).
+    assert_eq!(Trace::parse("log", log.as_bytes()).unwrap().events.len(), 4);
+    for e in [
+        Trace::streams(log.as_bytes()).unwrap_err(),
+        Trace::parse_stream("log", log.as_bytes(), 0x2a).unwrap_err(),
+    ] {
+        let s = e.to_string();
+        assert!(s.contains("line 5") && s.contains("stream `cuda`"), "{s}");
+    }
+    let two = &log[..log.rfind("0,0,allocate,0x30").unwrap()];
+    assert_eq!(Trace::streams(two.as_bytes()).unwrap(), vec![0, 42]);
+    // Hex and decimal are one stream; the others' rows are left out.
+    let t = Trace::parse_stream("log", two.as_bytes(), 42).unwrap();
+    assert_eq!((t.events.len(), t.peak_live), (2, 8192));
+    assert!(matches!(
+        Trace::parse_stream("log", two.as_bytes(), 7),
+        Err(TraceError::Empty { .. })
+    ));
+}

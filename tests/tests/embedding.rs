@@ -769,3 +769,117 @@ fn immediate_reuse_keeps_pytorchs_model_for_code_that_submits_first() {
     let b = pool.alloc(AllocDesc::storage(4096).read_write()).unwrap();
     assert_eq!((b.offset(), pool.stats().counters.cache_hits), (offset, 1));
 }
+
+/// Records a run of the random interleaving (`frame_loop`: of the frame
+/// loop's) on a fresh pool and plans it.
+fn recorded_plan(ops: u64, seed: u64, frame_loop: bool) -> vrampool::trace::RecordedPlan {
+    let first = pool();
+    first.start_recording();
+    let out = interleave_with(&first, ops, seed, false, frame_loop);
+    assert_eq!(out.corrupt + out.nonzero, 0, "{out:?}");
+    let log = first.take_recording().unwrap();
+    let plan = first.plan_recording(&log).unwrap();
+    // Kept between runs as JSON.
+    let json = serde_json::to_string(&plan).unwrap();
+    serde_json::from_str(&json).unwrap()
+}
+
+#[test]
+fn a_run_following_the_plan_of_its_recording_never_mixes_owners() {
+    // Run once recording, plan the log, and run the same interleaving again
+    // on a new pool that follows the plan: read-only and read-write blocks
+    // (two pools of the engine, each planned; any-access blocks have buffers
+    // of their own, so their pool is left out), dropped before and after
+    // their dispatches are submitted. The plan places every request
+    // of those pools (though the recorded run's soft headroom released
+    // segments holding pending blocks: their frees are recorded when the
+    // submit covers them, as the followed run sees them), the run makes no
+    // segment beyond the plan's, and the GPU sees every owner's bytes as its
+    // own.
+    let (ops, seed) = (6_000, 0xf011_0e55);
+    let plan = recorded_plan(ops, seed, false);
+    let pools: Vec<_> = plan.pools.iter().map(|p| p.0).collect();
+    assert_eq!(pools.len(), 2, "{pools:?}");
+    assert!(pools.iter().all(|k| !k.exclusive), "{pools:?}");
+    let segments: usize = plan.pools.iter().map(|(_, p)| p.segments.len()).sum();
+
+    let next = pool();
+    next.follow(&plan).unwrap();
+    assert_eq!(next.stats().counters.device_allocs as usize, segments);
+    let out = interleave(&next, ops, seed, false);
+    eprintln!(
+        "{ops} operations following the plan: {out:?}, {:?}",
+        next.follow_stats()
+    );
+    assert_eq!(
+        out.corrupt, 0,
+        "an owner read another owner's bytes: {out:?}"
+    );
+    assert_eq!(out.nonzero, 0, "a zeroed block held old bytes: {out:?}");
+    assert!(out.dropped_recorded > ops / 50, "{out:?}");
+    let follow = next.follow_stats();
+    let s = next.stats();
+    assert_eq!(follow.unplaced, 0, "{follow:?}");
+    assert!(follow.placed > ops / 8, "{follow:?}");
+    assert!(!follow.following, "the plan is used up: {follow:?}");
+    // The planned pools made no segment beyond the plan's and held only it
+    // (the any-access blocks' own buffers are the policy's, as always).
+    let planned: Vec<_> = s.pools.iter().filter(|p| p.name != "own buffer").collect();
+    assert_eq!(planned.len(), 2, "{:?}", s.pools);
+    let peak_segments: u64 = planned.iter().map(|p| p.stats.segments.peak).sum();
+    let peak_reserved: u64 = planned.iter().map(|p| p.stats.reserved_bytes.peak).sum();
+    assert_eq!(peak_segments as usize, segments);
+    assert_eq!(peak_reserved, plan.reserved());
+}
+
+#[test]
+fn a_run_that_leaves_its_plan_is_served_as_always_and_gets_the_front_cache_back() {
+    // The plan of one interleaving, followed by a different one: requests
+    // miss the plan, the pool gives it up (its segments become cache) and
+    // the run is as safe as any; after that the front cache serves again.
+    let plan = recorded_plan(2_000, 1, false);
+    let next = pool();
+    next.follow(&plan).unwrap();
+    let out = interleave(&next, 6_000, 2, false);
+    assert_eq!(out.corrupt + out.nonzero, 0, "{out:?}");
+    let follow = next.follow_stats();
+    assert!(!follow.following && follow.unplaced >= 64, "{follow:?}");
+    let front = next.stats().counters.front_hits;
+    for _ in 0..4 {
+        let b = next.alloc(AllocDesc::storage(4096)).unwrap();
+        drop(b);
+        next.submit([]);
+    }
+    assert!(
+        next.stats().counters.front_hits > front,
+        "the front cache is open again"
+    );
+    next.check_invariants().unwrap();
+}
+
+#[test]
+fn a_frame_loop_following_its_plan_reaches_the_engine_in_order() {
+    // A frame loop's temporaries come back at the same descriptions, which is
+    // what the front cache serves without the engine: while the pool follows
+    // a plan it must not, or the engine sees a different order than the
+    // recording and the plan drifts.
+    let (ops, seed) = (6_000, 0xf4a3_e100);
+    let plan = recorded_plan(ops, seed, true);
+    let next = pool();
+    next.follow(&plan).unwrap();
+    let out = interleave_with(&next, ops, seed, false, true);
+    assert_eq!(out.corrupt + out.nonzero, 0, "{out:?}");
+    assert_eq!(out.front_hits, 0, "{out:?}");
+    let follow = next.follow_stats();
+    assert_eq!(follow.unplaced, 0, "{follow:?}");
+    assert!(follow.placed > ops / 8 && !follow.following, "{follow:?}");
+    // Used up: the front cache serves this run's next frames again.
+    for _ in 0..4 {
+        let b = next
+            .alloc(AllocDesc::storage(4 << 10).access(Access::ReadWrite))
+            .unwrap();
+        drop(b);
+        next.submit([]);
+    }
+    assert!(next.stats().counters.front_hits > 0);
+}

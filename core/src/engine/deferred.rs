@@ -16,6 +16,10 @@ pub(super) struct Deferred {
     pub(super) mark: u64,
     pub(super) block: u32,
     pub(super) generation: u32,
+    /// For a recording: the block's address, size and pool's stream.
+    pub(super) address: u64,
+    pub(super) size: u64,
+    pub(super) stream: u64,
 }
 
 impl<B: Backend> Engine<B> {
@@ -50,13 +54,16 @@ impl<B: Backend> Engine<B> {
     /// blocks its handle cache gives back late keep the mark of their drop,
     /// which may be older than the newest deferred block's.
     pub(crate) fn defer_free_at(&mut self, id: BlockId, mark: u64) -> Result<()> {
-        let b = self.take_live(id)?;
+        let b = self.take_live(id, false)?;
         let block = &mut self.blocks[b as usize];
         block.state = BlockState::Pending;
         let (segment, size, generation) = (block.segment, block.size, block.generation);
+        let address = block.offset;
         let seg = self.segments[segment as usize].as_mut().unwrap();
         seg.pending += size;
+        let address = seg.address + address;
         let pool = seg.pool as usize;
+        let stream = self.pools[pool].key().stream();
         for st in [&mut self.total, &mut self.pools[pool].stats] {
             st.pending_bytes.add(size);
             st.pending_blocks.add(1);
@@ -75,6 +82,9 @@ impl<B: Backend> Engine<B> {
                 mark,
                 block: b,
                 generation,
+                address,
+                size,
+                stream,
             },
         );
         Ok(())
@@ -103,6 +113,7 @@ impl<B: Backend> Engine<B> {
                 break;
             }
             self.deferred.pop_front();
+            self.record_reusable(&d);
             let block = &self.blocks[d.block as usize];
             if block.state != BlockState::Pending || block.generation != d.generation {
                 continue; // released with its segment

@@ -16,7 +16,7 @@
 
 use crate::backend::Backend;
 use crate::error::{Error, Result};
-use crate::trace::Foresight;
+use crate::trace::{Foresight, PoolKey, RecordedPlan};
 use crate::types::SegmentClass;
 
 use super::Engine;
@@ -110,8 +110,118 @@ impl<B: Backend> Engine<B> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn follow(&mut self, plan: &Foresight, usage: u32) -> Result<()> {
+        let shared = PoolKey {
+            usage,
+            ..PoolKey::default()
+        };
+        self.follow_pools(&[(shared, plan)])
+    }
+
+    /// Follows a plan of each pool of a recording ([`RecordedPlan`], from
+    /// `RecordedPlan::from_recording` of the log `take_recording` gave on an
+    /// earlier run of the same workload), as [`Engine::follow`] follows one:
+    /// every pool's plan segments made at once (all or none), each pool's
+    /// requests matched to its own plan. The engine follows until every
+    /// plan is used up or given up; `follow_stats` counts over all of them.
+    /// A plan of an exclusive pool is refused: its blocks are never shared.
+    pub fn follow_recorded(&mut self, plan: &RecordedPlan) -> Result<()> {
+        let pools: Vec<(PoolKey, &Foresight)> = plan.pools.iter().map(|(k, p)| (*k, p)).collect();
+        self.follow_pools(&pools)
+    }
+
+    fn follow_pools(&mut self, plans: &[(PoolKey, &Foresight)]) -> Result<()> {
         self.stop_following();
         let align = self.config.alignment;
+        for (i, (key, plan)) in plans.iter().enumerate() {
+            if key.exclusive {
+                return Err(Error::Config(format!(
+                    "the plan lays out exclusive requests (usage {:#x}), whose blocks each have a \
+                     segment of their own: leave that pool out of the plan",
+                    key.usage
+                )));
+            }
+            if plans[..i].iter().any(|(k, _)| k == key) {
+                return Err(Error::Config(format!(
+                    "the plan has two plans for the pool of usage {:#x}, group {}: one plan a pool",
+                    key.usage, key.group
+                )));
+            }
+            self.check_plan(plan, align)?;
+        }
+        let planned: u64 = plans.iter().map(|(_, p)| p.reserved()).sum();
+        if let Some(limit) = self.limit
+            && self.held() + planned > limit
+        {
+            return Err(Error::Config(format!(
+                "cannot follow a plan of {}: the limit is {} and {} is already reserved; raise \
+                 the limit or follow without one",
+                crate::fmt_bytes(planned),
+                crate::fmt_bytes(limit),
+                crate::fmt_bytes(self.total.reserved_bytes.current)
+            )));
+        }
+        let mut followed: Vec<Following> = Vec::with_capacity(plans.len());
+        for (key, plan) in plans {
+            let name = || format!("usage {:#x}", key.usage);
+            let pool = self.pool_index(key.usage, false, key.group, name);
+            let mut segments = Vec::with_capacity(plan.segments.len());
+            for (i, &size) in plan.segments.iter().enumerate() {
+                let label = format!("vrampool planned segment {i}");
+                let made = self.create_pinned(pool, key.usage, label, SegmentClass::Planned, size);
+                let refused = match made {
+                    Ok(s) if s < MAX_PLANNED_INDEX => {
+                        segments.push(s);
+                        continue;
+                    }
+                    Ok(s) => {
+                        segments.push(s);
+                        Error::Config(format!(
+                            "the engine holds {s} segment slots: a plan's segments must have an \
+                             index under {MAX_PLANNED_INDEX}; empty the cache first"
+                        ))
+                    }
+                    Err(e) => e,
+                };
+                // Those made already become ordinary cached segments.
+                self.unplan(segments);
+                for f in followed {
+                    self.unplan(f.segments);
+                }
+                return Err(refused);
+            }
+            let entries = plan
+                .blocks
+                .iter()
+                .map(|b| Entry {
+                    size: b.size,
+                    segment: segments[b.segment],
+                    offset: b.offset,
+                })
+                .collect();
+            followed.push(Following {
+                pool,
+                entries,
+                cursor: 0,
+                segments,
+                misses_in_a_row: 0,
+            });
+        }
+        // A plan with nothing to place is used up from the start.
+        let (followed, used_up): (Vec<_>, Vec<_>) =
+            followed.into_iter().partition(|f| !f.entries.is_empty());
+        for f in used_up {
+            self.unplan(f.segments);
+        }
+        self.follow_stats = FollowStats {
+            following: !followed.is_empty(),
+            ..FollowStats::default()
+        };
+        self.following = followed;
+        Ok(())
+    }
+
+    /// Refuses a plan this engine cannot follow.
+    fn check_plan(&self, plan: &Foresight, align: u64) -> Result<()> {
         if let Some(b) = plan
             .blocks
             .iter()
@@ -148,61 +258,6 @@ impl<B: Backend> Engine<B> {
                 max_buffer_size: self.max_segment,
             });
         }
-        let planned: u64 = plan.segments.iter().sum();
-        if let Some(limit) = self.limit
-            && self.held() + planned > limit
-        {
-            return Err(Error::Config(format!(
-                "cannot follow a plan of {}: the limit is {} and {} is already reserved; raise \
-                 the limit or follow without one",
-                crate::fmt_bytes(planned),
-                crate::fmt_bytes(limit),
-                crate::fmt_bytes(self.total.reserved_bytes.current)
-            )));
-        }
-        let pool = self.pool_index(usage, false, 0, || format!("usage {usage:#x}"));
-        let mut segments = Vec::with_capacity(plan.segments.len());
-        for (i, &size) in plan.segments.iter().enumerate() {
-            let label = format!("vrampool planned segment {i}");
-            let made = self.create_pinned(pool, usage, label, SegmentClass::Planned, size);
-            let refused = match made {
-                Ok(s) if s < MAX_PLANNED_INDEX => {
-                    segments.push(s);
-                    continue;
-                }
-                Ok(s) => {
-                    segments.push(s);
-                    Error::Config(format!(
-                        "the engine holds {s} segment slots: a plan's segments must have an \
-                         index under {MAX_PLANNED_INDEX}; empty the cache first"
-                    ))
-                }
-                Err(e) => e,
-            };
-            // Those made already become ordinary cached segments.
-            self.unplan(segments);
-            return Err(refused);
-        }
-        let entries = plan
-            .blocks
-            .iter()
-            .map(|b| Entry {
-                size: b.size,
-                segment: segments[b.segment],
-                offset: b.offset,
-            })
-            .collect();
-        self.follow_stats = FollowStats {
-            following: true,
-            ..FollowStats::default()
-        };
-        self.following = Some(Following {
-            pool,
-            entries,
-            cursor: 0,
-            segments,
-            misses_in_a_row: 0,
-        });
         Ok(())
     }
 
@@ -211,10 +266,16 @@ impl<B: Backend> Engine<B> {
     /// request by best fit; the headroom, limits and `empty_cache` release
     /// them once nothing in them is live).
     pub fn stop_following(&mut self) {
-        if let Some(f) = self.following.take() {
-            self.follow_stats.following = false;
-            self.unplan(f.segments);
+        while !self.following.is_empty() {
+            self.stop_following_plan(self.following.len() - 1);
         }
+    }
+
+    /// Stops following the `i`th plan.
+    fn stop_following_plan(&mut self, i: usize) {
+        let f = self.following.swap_remove(i);
+        self.follow_stats.following = !self.following.is_empty();
+        self.unplan(f.segments);
     }
 
     /// Makes the plan's `segments` ordinary large segments: unpinned, their
@@ -256,10 +317,11 @@ impl<B: Backend> Engine<B> {
     /// the miss, and stops following when the plan is used up or the
     /// workload has left it.
     pub(super) fn planned_block(&mut self, pool: u16, rounded: u64) -> Option<u32> {
-        let f = self.following.as_ref()?;
-        if f.pool != pool {
+        if self.following.is_empty() {
             return None;
         }
+        let i = self.following.iter().position(|f| f.pool == pool)?;
+        let f = &self.following[i];
         let end = (f.cursor + WINDOW).min(f.entries.len());
         let found = (f.cursor..end)
             .find(|&k| f.entries[k].size == rounded)
@@ -267,12 +329,12 @@ impl<B: Backend> Engine<B> {
         let placed = found.and_then(|(k, e)| {
             Some((k, e, self.free_block_at(pool, e.segment, e.offset, e.size)?))
         });
-        let f = self.following.as_mut()?;
+        let f = &mut self.following[i];
         let Some((k, e, b)) = placed else {
             self.follow_stats.unplaced += 1;
             f.misses_in_a_row += 1;
             if f.misses_in_a_row >= GIVE_UP {
-                self.stop_following();
+                self.stop_following_plan(i);
             }
             return None;
         };
@@ -285,12 +347,12 @@ impl<B: Backend> Engine<B> {
     /// Stops following once the last planned allocation was placed (after
     /// its block was taken, under the plan's split rule).
     pub(super) fn stop_following_if_used_up(&mut self) {
-        if self
+        if let Some(i) = self
             .following
-            .as_ref()
-            .is_some_and(|f| f.cursor == f.entries.len())
+            .iter()
+            .position(|f| f.cursor == f.entries.len())
         {
-            self.stop_following();
+            self.stop_following_plan(i);
         }
     }
 

@@ -95,8 +95,11 @@ impl<B: Backend> Engine<B> {
     /// or refuse (the wgpu binding then first takes back blocks other threads
     /// parked, and plans).
     pub(crate) fn allocate_cached(&mut self, req: &Request) -> Option<Allocation> {
-        // (The wgpu binding, which calls this, follows no plan: its front
-        // cache serves hits without the engine, so a plan's order would drift.)
+        // While a plan is followed every request takes the full path, which
+        // matches it to the plan first.
+        if !self.following.is_empty() {
+            return None;
+        }
         let (pool, class, rounded) = self.admit(req).ok()?;
         let b = self.find_cached(pool, class, rounded)?;
         self.tick += 1;
@@ -282,7 +285,7 @@ impl<B: Backend> Engine<B> {
         // While a plan is followed its segments are the memory the workload
         // was foreseen to need: releasing the policy's own segments to keep
         // under a target the plan already fills only churns.
-        if self.under_budget() || self.following.is_some() {
+        if self.under_budget() || !self.following.is_empty() {
             return None;
         }
         let peak = self

@@ -119,8 +119,9 @@ pub struct Engine<B: Backend> {
     /// headroom gives up, so from now on it packs before it releases (see
     /// [`Config::pack_before_release`]).
     recreated: bool,
-    /// The static plan being followed (see [`Engine::follow`]).
-    following: Option<follow::Following>,
+    /// The static plans being followed, at most one a pool (see
+    /// [`Engine::follow`]).
+    following: Vec<follow::Following>,
     follow_stats: FollowStats,
 }
 
@@ -164,7 +165,7 @@ impl<B: Backend> Engine<B> {
             soft_high: 0,
             released: VecDeque::new(),
             recreated: false,
-            following: None,
+            following: Vec::new(),
             follow_stats: FollowStats::default(),
         };
         engine.limit = engine.resolve_limit(engine.config.limit)?;
@@ -203,6 +204,12 @@ impl<B: Backend> Engine<B> {
     /// The backend.
     pub fn backend(&self) -> &B {
         &self.backend
+    }
+
+    /// The largest segment the engine makes: the backend's largest buffer,
+    /// or [`Config::max_segment_size`] if smaller.
+    pub fn max_segment_size(&self) -> u64 {
+        self.max_segment
     }
 
     /// Bytes of device segments held now, PyTorch's
@@ -281,7 +288,17 @@ impl<B: Backend> Engine<B> {
     }
 
     /// Stops recording and returns the log (header included), if recording.
+    /// Each row's `Stream` is the pool of the request
+    /// ([`PoolKey`](crate::trace::PoolKey)). A free through
+    /// [`Engine::defer_free`] is logged when its bytes become reusable (the
+    /// reclaim of its mark), and one still pending now at the end of the
+    /// log: the log is of where the engine could place what, as a plan of
+    /// it ([`RecordedPlan`](crate::trace::RecordedPlan)) needs.
     pub fn take_recording(&mut self) -> Option<String> {
+        let pending: Vec<Deferred> = self.deferred.iter().copied().collect();
+        for d in &pending {
+            self.record_reusable(d);
+        }
         self.recorder.take().map(Recorder::finish)
     }
 
@@ -306,7 +323,7 @@ impl<B: Backend> Engine<B> {
     /// Returns a block to the cache, coalescing it with free neighbours: the
     /// next request may reuse its bytes at once.
     pub fn free(&mut self, id: crate::BlockId) -> Result<()> {
-        let b = self.take_live(id)?;
+        let b = self.take_live(id, true)?;
         self.make_free(b);
         Ok(())
     }

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::stats::PoolStats;
+use crate::trace::PoolKey;
 use crate::types::{Allocation, BlockId, Request, SegmentClass, SegmentId};
 
 use super::Engine;
@@ -86,6 +87,17 @@ pub(super) struct UsagePool {
     pub(super) stats: PoolStats,
     /// Has held a segment: pools only named by refused requests stay out of stats.
     pub(super) used: bool,
+}
+
+impl UsagePool {
+    /// What a recording writes as the stream of its requests.
+    pub(super) fn key(&self) -> PoolKey {
+        PoolKey {
+            usage: self.usage,
+            group: self.group,
+            exclusive: self.exclusive,
+        }
+    }
 }
 
 impl<S> Segment<S> {
@@ -294,7 +306,7 @@ impl<B: Backend> Engine<B> {
         self.counters.allocs += 1;
         self.high_water = self.high_water.max(self.total.allocated_bytes.current);
         if let Some(r) = &mut self.recorder {
-            r.record(true, address, req.size);
+            r.record(true, address, req.size, self.pools[pool].key().stream());
         }
         Allocation {
             id: BlockId {
@@ -355,7 +367,11 @@ impl<B: Backend> Engine<B> {
 
     /// Takes a live block from its owner: the figures of a free, the id made
     /// stale. Returns the block's index, detached (neither live nor free yet).
-    pub(super) fn take_live(&mut self, id: BlockId) -> Result<u32> {
+    /// A deferred free (`recorded: false`) is recorded when its bytes
+    /// become reusable instead ([`Engine::record_reusable`]): a recording is
+    /// of what the engine could place where, which is what a plan of it
+    /// (`RecordedPlan`) must know.
+    pub(super) fn take_live(&mut self, id: BlockId, recorded: bool) -> Result<u32> {
         let block = self.live_block(id)?;
         let (segment, size, requested) = (block.segment, block.size, block.requested);
         let b = id.index;
@@ -376,10 +392,26 @@ impl<B: Backend> Engine<B> {
             st.allocations.sub(1);
         }
         self.counters.frees += 1;
-        if let Some(r) = &mut self.recorder {
-            r.record(false, address, requested);
+        if recorded && let Some(r) = &mut self.recorder {
+            r.record(
+                false,
+                address,
+                requested,
+                self.pools[pool as usize].key().stream(),
+            );
         }
         Ok(b)
+    }
+
+    /// Records the free of a deferred block once its mark is reclaimed:
+    /// its bytes are reusable from then on, or, if its segment was released
+    /// meanwhile, they would have been (a run that follows a plan of the
+    /// recording may keep that segment, and its bytes stay pending till
+    /// then). Addresses are never reused, so a late free names its block.
+    pub(super) fn record_reusable(&mut self, d: &super::deferred::Deferred) {
+        if let Some(r) = &mut self.recorder {
+            r.record(false, d.address, d.size, d.stream);
+        }
     }
 
     /// Makes detached block `b` free: cached, coalesced with its free
@@ -458,6 +490,7 @@ impl<B: Backend> Engine<B> {
                     let entry = self.entry_of(key, b);
                     self.pools[pool].free.remove(key, entry, b);
                 }
+                // Recorded when its mark is reclaimed (see `record_reusable`).
                 BlockState::Pending => pending_blocks += 1,
                 BlockState::Live | BlockState::Vacant => {
                     unreachable!("a released segment holds no live block")

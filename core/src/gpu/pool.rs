@@ -11,11 +11,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use crate::config::{Config, Limit};
-use crate::engine::{Engine, InvariantError, Planned, SegmentPlan};
+use crate::engine::{Engine, FollowStats, InvariantError, Planned, SegmentPlan};
 use crate::error::{Error, OomInfo, Result};
 use crate::fault::Faults;
 use crate::snapshot::{Leak, Snapshot};
 use crate::stats::Stats;
+use crate::trace::RecordedPlan;
 use crate::types::{Allocation, BlockId, Request};
 
 use super::backend::{LostState, WgpuBackend};
@@ -108,6 +109,10 @@ pub(super) struct Inner {
     front: FrontRef,
     /// `PoolOptions::front_cache`.
     front_enabled: bool,
+    /// The pool records (`start_recording`): the front cache is closed.
+    recording: AtomicBool,
+    /// The engine follows a plan (`Pool::follow`): the front cache is closed.
+    following: AtomicBool,
     /// Whether the engine may hold blocks waiting for a submit (set before
     /// one is deferred there, cleared under the engine's lock when none is).
     engine_deferred: AtomicBool,
@@ -208,6 +213,24 @@ impl Inner {
             self.engine_deferred.store(true, Ordering::Release);
             engine.defer_free_at(id, stamp)
         };
+    }
+
+    /// Opens the front cache again if nothing needs it closed: it serves
+    /// requests without the engine, so while the pool records or follows a
+    /// plan every request must reach the engine, in order.
+    fn reopen_front(&self) {
+        let closed =
+            self.recording.load(Ordering::Acquire) || self.following.load(Ordering::Acquire);
+        self.front.cache.set_open(self.front_enabled && !closed);
+    }
+
+    /// Notes that the engine stopped following its plan (used up, given up,
+    /// `empty_cache`), and opens the front cache again.
+    fn note_follow_end(&self, engine: &Engine<WgpuBackend>) {
+        if self.following.load(Ordering::Acquire) && !engine.follow_stats().following {
+            self.following.store(false, Ordering::Release);
+            self.reopen_front();
+        }
     }
 
     /// The submit lock (see `Inner::submit_lock`).
@@ -319,6 +342,8 @@ impl Pool {
                 mappable_primary,
                 front: FrontCache::lend(options.reuse, options.front_cache),
                 front_enabled: options.front_cache,
+                recording: AtomicBool::new(false),
+                following: AtomicBool::new(false),
                 engine_deferred: AtomicBool::new(false),
                 submit_lock: Mutex::new(()),
                 submitting: AtomicBool::new(false),
@@ -463,7 +488,9 @@ impl Pool {
             None => {
                 // A segment would be made: first every block other threads parked.
                 self.inner.hand_back_all(&mut engine);
-                engine.allocate(req.clone())?
+                let a = engine.allocate(req.clone());
+                self.inner.note_follow_end(&engine);
+                a?
             }
         };
         Ok(self.wrap(&engine, a, &desc, &req))
@@ -489,7 +516,9 @@ impl Pool {
                 return Ok(self.wrap(&engine, a, &desc, &req));
             }
             self.inner.hand_back_all(&mut engine);
-            match engine.plan(req.clone())? {
+            let planned = engine.plan(req.clone());
+            self.inner.note_follow_end(&engine);
+            match planned? {
                 Planned::Hit(a) => return Ok(self.wrap(&engine, a, &desc, &req)),
                 Planned::Create(plan) => plan,
             }
@@ -620,7 +649,12 @@ impl Pool {
     /// commands that still use it and frees it after them. Returns the bytes
     /// released.
     pub fn empty_cache(&self) -> u64 {
-        let released = self.inner.engine_synced().empty_cache();
+        let released = {
+            let mut engine = self.inner.engine_synced();
+            let released = engine.empty_cache();
+            self.inner.note_follow_end(&engine);
+            released
+        };
         let _ = self.inner.device.poll(wgpu::PollType::wait_indefinitely());
         released
     }
@@ -705,6 +739,7 @@ impl Pool {
     /// cache is closed), so the log has each one in order.
     pub fn start_recording(&self) {
         let cache = self.inner.front.cache;
+        self.inner.recording.store(true, Ordering::Release);
         cache.set_open(false);
         let mut engine = self.inner.engine_reported();
         // Blocks parked while the cache closed, under each shard's lock.
@@ -715,8 +750,61 @@ impl Pool {
     /// Stops recording and returns the log.
     pub fn take_recording(&self) -> Option<String> {
         let log = self.inner.engine_reported().take_recording();
-        self.inner.front.cache.set_open(self.inner.front_enabled);
+        self.inner.recording.store(false, Ordering::Release);
+        self.inner.reopen_front();
         log
+    }
+
+    /// Plans a recording of a run of this pool's workload
+    /// ([`Pool::take_recording`]), pool by pool, with this pool's alignment
+    /// and largest buffer: what [`Pool::follow`] takes on a later run. The
+    /// plan is serde (save it as JSON and load it in the next process).
+    /// Record from the workload's first allocation on: a free of a block
+    /// allocated before the recording began is an error.
+    pub fn plan_recording(&self, log: &str) -> Result<RecordedPlan> {
+        let (alignment, max_segment) = {
+            let engine = self.inner.engine();
+            (engine.config().alignment, engine.max_segment_size())
+        };
+        Ok(RecordedPlan::from_recording(log, alignment, max_segment)?)
+    }
+
+    /// Follows `plan` (a [`Pool::plan_recording`] of an earlier run of the
+    /// same workload; see [`Engine::follow_recorded`]): the plan's segments
+    /// are made at once, and each request the plan foresaw is placed where
+    /// the plan says, so the run holds the plan's bytes in the plan's few
+    /// buffers, made once. While the pool follows, every request and drop
+    /// goes through the engine (the front cache is closed, as while
+    /// recording: the plan matches requests in their order); it follows
+    /// until the plan is used up, the workload leaves it (64 requests in a
+    /// row it did not foresee), [`Pool::stop_following`] or
+    /// [`Pool::empty_cache`], and the plan's segments then become ordinary
+    /// cache. Requests the plan did not foresee are served as always; a
+    /// block is placed at its planned offset only if those bytes are free
+    /// there (and, with [`Reuse::AfterSubmit`], no longer pending), so a
+    /// plan never makes two owners share bytes, whatever it says.
+    pub fn follow(&self, plan: &RecordedPlan) -> Result<()> {
+        let cache = self.inner.front.cache;
+        self.inner.following.store(true, Ordering::Release);
+        cache.set_open(false);
+        let mut engine = self.inner.engine_reported();
+        // Blocks parked while the cache closed, under each shard's lock.
+        self.inner.hand_back(&mut engine, Drain::EveryLocked);
+        let followed = engine.follow_recorded(plan);
+        self.inner.note_follow_end(&engine);
+        followed
+    }
+
+    /// Stops following the plan [`Pool::follow`] gave, if the pool follows one.
+    pub fn stop_following(&self) {
+        let mut engine = self.inner.engine();
+        engine.stop_following();
+        self.inner.note_follow_end(&engine);
+    }
+
+    /// How following the plan went ([`Engine::follow_stats`]).
+    pub fn follow_stats(&self) -> FollowStats {
+        self.inner.engine().follow_stats()
     }
 
     /// The label of the segment `block` lives in, while the pool has it.

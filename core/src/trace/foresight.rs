@@ -14,10 +14,13 @@
 
 use std::fmt;
 
-use super::format::{Action, Trace};
+use serde::{Deserialize, Serialize};
+
+use super::format::{Action, Trace, TraceError};
+use super::record::PoolKey;
 
 /// One allocation of a trace, placed by [`Foresight::plan`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PlannedBlock {
     /// The index of its `allocate` event in [`Trace::events`].
     pub first_event: usize,
@@ -55,7 +58,7 @@ impl PlannedBlock {
 /// assert_eq!(plan.reserved(), trace.peak_live);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Foresight {
     /// Peak live bytes of the trace (requested sizes).
     pub peak_live: u64,
@@ -105,6 +108,110 @@ impl fmt::Display for ForesightError {
 }
 
 impl std::error::Error for ForesightError {}
+
+/// A plan of an engine's recording, pool by pool: for each pool the
+/// recording's `Stream` column names ([`PoolKey`]), the [`Foresight`] plan of
+/// that pool's requests. What [`Engine::follow_recorded`](crate::Engine::follow_recorded)
+/// and `Pool::follow` take: a workload recorded once (`start_recording` /
+/// `take_recording`) is planned, the plan kept (it is serde: save it as
+/// JSON), and the next run of the same workload follows it.
+///
+/// Pools of exclusive requests are left out: each of their blocks has a
+/// buffer of its own, so there is nothing to lay out.
+///
+/// ```
+/// use vrampool::trace::{PoolKey, RecordedPlan};
+/// use vrampool::{Config, Engine, Request, SimulatedDevice};
+/// // A workload of two pools: storage (usage 0x80) and uniforms (0x40).
+/// let run = |e: &mut Engine<SimulatedDevice>| -> Result<(), vrampool::Error> {
+///     for _ in 0..3 {
+///         let a = e.allocate(Request::new(3 << 20, 0x80))?;
+///         let u = e.allocate(Request::new(256, 0x40))?;
+///         let b = e.allocate(Request::new(1 << 20, 0x80))?;
+///         e.free(a.id)?;
+///         let c = e.allocate(Request::new(2 << 20, 0x80))?;
+///         for x in [u, b, c] {
+///             e.free(x.id)?;
+///         }
+///     }
+///     Ok(())
+/// };
+/// let mut first = Engine::new(SimulatedDevice::new(1 << 30), Config::default())?;
+/// first.start_recording();
+/// run(&mut first)?;
+/// let log = first.take_recording().unwrap();
+/// let plan = RecordedPlan::from_recording(&log, 256, 1 << 30)?;
+/// assert_eq!(plan.pools.len(), 2);
+/// assert_eq!(plan.pools[0].0, PoolKey { usage: 0x80, ..Default::default() });
+/// // 3 MiB beside 1 MiB at the peak; the 2 MiB tensor goes where the 3 MiB one was.
+/// assert_eq!(plan.pools[0].1.segments, vec![4 << 20]);
+///
+/// let mut next = Engine::new(SimulatedDevice::new(1 << 30), Config::default())?;
+/// next.follow_recorded(&plan)?;
+/// let made = next.stats().counters.device_allocs; // the plan's segments
+/// run(&mut next)?;
+/// assert_eq!(next.stats().counters.device_allocs, made); // none more
+/// assert_eq!(next.follow_stats().placed, 12);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordedPlan {
+    /// Each pool's plan, in the order the pools first appear in the recording.
+    pub pools: Vec<(PoolKey, Foresight)>,
+}
+
+/// Why a recording cannot be planned.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordedPlanError {
+    /// The recording is not a valid log.
+    #[error(transparent)]
+    Trace(#[from] TraceError),
+    /// A stream is not a pool an engine writes.
+    #[error(
+        "stream {0:#x} is not a pool an engine's recording names (usage, group, exclusive): \
+         plan the log of Engine::take_recording or Pool::take_recording"
+    )]
+    Stream(u64),
+    /// A pool's requests cannot be planned.
+    #[error("pool {pool:?}: {source}")]
+    Plan {
+        /// The pool.
+        pool: PoolKey,
+        /// Why.
+        source: ForesightError,
+    },
+}
+
+impl RecordedPlan {
+    /// Plans each pool of `log` (an engine's recording, RMM CSV) with
+    /// [`Foresight::plan`]: `alignment` must be the engine's
+    /// (`engine.config().alignment`), `max_segment` its largest segment (a
+    /// device's `max_buffer_size`).
+    pub fn from_recording(
+        log: &str,
+        alignment: u64,
+        max_segment: u64,
+    ) -> Result<RecordedPlan, RecordedPlanError> {
+        let text = log.as_bytes();
+        let mut pools = Vec::new();
+        for stream in Trace::streams(text)? {
+            let pool = PoolKey::from_stream(stream).ok_or(RecordedPlanError::Stream(stream))?;
+            if pool.exclusive {
+                continue;
+            }
+            let trace = Trace::parse_stream("recording", text, stream)?;
+            let plan = Foresight::plan(&trace, alignment, max_segment)
+                .map_err(|source| RecordedPlanError::Plan { pool, source })?;
+            pools.push((pool, plan));
+        }
+        Ok(RecordedPlan { pools })
+    }
+
+    /// Bytes the plans reserve in all.
+    pub fn reserved(&self) -> u64 {
+        self.pools.iter().map(|(_, p)| p.reserved()).sum()
+    }
+}
 
 /// Events per bucket of the time index: a block is listed in every bucket
 /// its lifetime touches, so the blocks live beside a new one are found by

@@ -94,6 +94,17 @@ fn parse_u64(field: &str, what: &str) -> Result<u64, String> {
     r.map_err(|_| format!("{what} `{f}` is not a non-negative integer"))
 }
 
+/// Which rows of a log the reader keeps, by their `Stream` column.
+enum Streams<'a> {
+    /// Every row; the column is not read (PyTorch's and RMM's logs hold
+    /// stream pointers of their own).
+    All,
+    /// The rows of this stream.
+    Only(u64),
+    /// Every row, noting each stream as it first appears.
+    Seen(&'a mut Vec<u64>),
+}
+
 /// The longest line the reader accepts. An RMM log row is about 60 bytes; a
 /// longer line means the wrong file, and is refused without reading it whole.
 pub const MAX_LINE: usize = 64 * 1024;
@@ -173,18 +184,54 @@ impl Trace {
         };
         let mut reader = std::io::BufReader::new(reader);
         if reader.fill_buf().map_err(io)?.starts_with(&[0x1f, 0x8b]) {
-            Self::parse_reader(name, flate2::read::MultiGzDecoder::new(reader))
+            Self::parse_reader(
+                name,
+                flate2::read::MultiGzDecoder::new(reader),
+                &mut Streams::All,
+            )
         } else {
-            Self::parse_reader(name, reader)
+            Self::parse_reader(name, reader, &mut Streams::All)
         }
     }
 
     /// Parses plain CSV text.
     pub fn parse(name: &str, text: &[u8]) -> Result<Trace, TraceError> {
-        Self::parse_reader(name, text)
+        Self::parse_reader(name, text, &mut Streams::All)
     }
 
-    fn parse_reader(name: &str, text: impl Read) -> Result<Trace, TraceError> {
+    /// Parses the rows of one stream of plain CSV text (the `Stream` column:
+    /// a CUDA stream in PyTorch's and RMM's logs, the pool a request went to
+    /// in an engine's recording, see [`PoolKey`](crate::trace::PoolKey)),
+    /// checking every row as [`Trace::parse`] does. A stream with no
+    /// allocation is [`TraceError::Empty`].
+    ///
+    /// ```
+    /// use vrampool::Trace;
+    /// let csv = "Thread,Time,Action,Pointer,Size,Stream\n\
+    ///            0,0,allocate,0x10,4096,0x0\n0,0,allocate,0x20,8192,0x7\n\
+    ///            0,0,free,0x10,4096,0x0\n0,0,free,0x20,8192,0x7\n";
+    /// assert_eq!(Trace::streams(csv.as_bytes())?, vec![0, 7]);
+    /// let seven = Trace::parse_stream("log", csv.as_bytes(), 7)?;
+    /// assert_eq!((seven.events.len(), seven.peak_live), (2, 8192));
+    /// # Ok::<(), vrampool::trace::TraceError>(())
+    /// ```
+    pub fn parse_stream(name: &str, text: &[u8], stream: u64) -> Result<Trace, TraceError> {
+        Self::parse_reader(name, text, &mut Streams::Only(stream))
+    }
+
+    /// The distinct values of the `Stream` column of plain CSV text, in the
+    /// order they first appear (every row checked as [`Trace::parse`] does).
+    pub fn streams(text: &[u8]) -> Result<Vec<u64>, TraceError> {
+        let mut seen = Vec::new();
+        Self::parse_reader("log", text, &mut Streams::Seen(&mut seen))?;
+        Ok(seen)
+    }
+
+    fn parse_reader(
+        name: &str,
+        text: impl Read,
+        streams: &mut Streams<'_>,
+    ) -> Result<Trace, TraceError> {
         let too_long = std::rc::Rc::new(std::cell::Cell::new(None));
         let text = LineLimit {
             inner: text,
@@ -270,6 +317,21 @@ impl Trace {
                     ));
                 }
             };
+            match streams {
+                Streams::All => {}
+                Streams::Only(keep) => {
+                    let stream = parse_u64(&record[5], "stream").map_err(|w| row_err(line, w))?;
+                    if stream != *keep {
+                        continue;
+                    }
+                }
+                Streams::Seen(seen) => {
+                    let stream = parse_u64(&record[5], "stream").map_err(|w| row_err(line, w))?;
+                    if !seen.contains(&stream) {
+                        seen.push(stream);
+                    }
+                }
+            }
             let pointer = parse_u64(&record[3], "pointer").map_err(|w| row_err(line, w))?;
             let size = parse_u64(&record[4], "size").map_err(|w| row_err(line, w))?;
             let size = match action {

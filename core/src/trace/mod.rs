@@ -18,9 +18,9 @@ mod replay;
 mod targets;
 
 pub use cost::DeviceCost;
-pub use foresight::{Foresight, ForesightError, PlannedBlock};
+pub use foresight::{Foresight, ForesightError, PlannedBlock, RecordedPlan, RecordedPlanError};
 pub use format::{Action, HEADER, MAX_LINE, Trace, TraceError, TraceEvent};
-pub use record::Recorder;
+pub use record::{PoolKey, Recorder};
 pub use replay::{
     EngineTarget, ReplayCounts, ReplayReport, ReplayTarget, Replayer, Step, replay, smallest_budget,
 };
