@@ -62,6 +62,81 @@ pub struct WorkloadArgs {
     /// Learning rate.
     #[arg(long, default_value_t = 0.05)]
     lr: f32,
+    /// Train twice: once recording the pool, then on a new pool that follows
+    /// the plan of that recording (`Pool::plan_recording`, `Pool::follow`),
+    /// and report both runs; the figures printed are the followed run's.
+    #[arg(long)]
+    follow: bool,
+}
+
+/// What one training run did.
+struct Run {
+    losses: Vec<(u32, f32)>,
+    samples: Vec<Sample>,
+    peak_reserved: u64,
+    stats: vrampool::Stats,
+    summary: String,
+    /// Wall time of the steps (the model's setup excluded).
+    step_ms: f64,
+}
+
+/// Trains `cfg` for `steps` on `pool`.
+fn train(pool: &Pool, cfg: MlpConfig, steps: u32, c: &Common) -> Result<Run> {
+    let mut trainer =
+        pollster::block_on(Trainer::new(pool, cfg)).context("cannot set up the model")?;
+    let pb = bar(steps as u64, c);
+    let mut losses = Vec::new();
+    let mut samples = Vec::new();
+    let every = (steps / 10).max(1);
+    let mut peak_reserved = pool.stats().total.reserved_bytes.peak;
+    let start = std::time::Instant::now();
+    for s in 0..steps {
+        pool.reset_peak_stats();
+        let read = s == 0 || s + 1 == steps || s % every == 0;
+        let r = pollster::block_on(trainer.step(pool, read))
+            .with_context(|| format!("training step {s} (batch {})", cfg.batch))?;
+        if let Some(l) = r.loss {
+            losses.push((s, l));
+            pb.set_message(format!("loss {l:.4}"));
+        }
+        let st = pool.stats();
+        peak_reserved = peak_reserved.max(st.total.reserved_bytes.peak);
+        for (k, allocated) in [
+            st.total.allocated_bytes.peak,
+            st.total.allocated_bytes.current,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            samples.push(Sample {
+                op: 2 * s as u64 + k as u64,
+                live: allocated,
+                figures: crate::policy::Figures {
+                    allocated,
+                    reserved: st.total.reserved_bytes.current,
+                    cached: st.total.reserved_bytes.current - allocated,
+                    device_allocs: st.counters.device_allocs,
+                    device_frees: st.counters.device_frees,
+                    cache_hits: st.counters.cache_hits,
+                    retries: st.counters.alloc_retries,
+                    bytes_created: st.counters.bytes_created,
+                    bytes_released: st.counters.bytes_released,
+                },
+            });
+        }
+        pb.inc(1);
+    }
+    let step_ms = start.elapsed().as_secs_f64() * 1e3;
+    pb.finish_and_clear();
+    drop(trainer);
+    Ok(Run {
+        losses,
+        samples,
+        peak_reserved,
+        stats: pool.stats(),
+        summary: pool.memory_summary(),
+        step_ms,
+    })
 }
 
 pub fn command(a: &WorkloadArgs, c: &Common) -> Result<ExitCode> {
@@ -133,63 +208,49 @@ pub fn command(a: &WorkloadArgs, c: &Common) -> Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     };
-    let pool = Pool::new(
-        device.clone(),
-        queue.clone(),
-        PoolOptions {
-            config: Config {
-                limit: a.budget.map(Limit::Bytes),
-                ..Config::default()
-            },
-            ..PoolOptions::default()
-        },
-    )?;
-    let mut trainer =
-        pollster::block_on(Trainer::new(&pool, cfg)).context("cannot set up the model")?;
-    let pb = bar(a.steps as u64, c);
-    let mut losses = Vec::new();
-    let mut samples = Vec::new();
-    let every = (a.steps / 10).max(1);
-    let mut peak_reserved = pool.stats().total.reserved_bytes.peak;
-    for s in 0..a.steps {
-        pool.reset_peak_stats();
-        let read = s == 0 || s + 1 == a.steps || s % every == 0;
-        let r = pollster::block_on(trainer.step(&pool, read))
-            .with_context(|| format!("training step {s} (batch {})", cfg.batch))?;
-        if let Some(l) = r.loss {
-            losses.push((s, l));
-            pb.set_message(format!("loss {l:.4}"));
-        }
-        let st = pool.stats();
-        peak_reserved = peak_reserved.max(st.total.reserved_bytes.peak);
-        for (k, allocated) in [
-            st.total.allocated_bytes.peak,
-            st.total.allocated_bytes.current,
-        ]
-        .into_iter()
-        .enumerate()
-        {
-            samples.push(Sample {
-                op: 2 * s as u64 + k as u64,
-                live: allocated,
-                figures: crate::policy::Figures {
-                    allocated,
-                    reserved: st.total.reserved_bytes.current,
-                    cached: st.total.reserved_bytes.current - allocated,
-                    device_allocs: st.counters.device_allocs,
-                    device_frees: st.counters.device_frees,
-                    cache_hits: st.counters.cache_hits,
-                    retries: st.counters.alloc_retries,
-                    bytes_created: st.counters.bytes_created,
-                    bytes_released: st.counters.bytes_released,
+    let new_pool = || {
+        Pool::new(
+            device.clone(),
+            queue.clone(),
+            PoolOptions {
+                config: Config {
+                    limit: a.budget.map(Limit::Bytes),
+                    ..Config::default()
                 },
-            });
-        }
-        pb.inc(1);
+                ..PoolOptions::default()
+            },
+        )
+    };
+    // With --follow: a recorded run first, planned, then the run reported,
+    // on a new pool that follows the plan.
+    let recorded = if a.follow {
+        let first = new_pool()?;
+        first.start_recording();
+        let run = train(&first, cfg, a.steps, c)?;
+        let log = first.take_recording().context("the pool was recording")?;
+        let plan = first
+            .plan_recording(&log)
+            .context("cannot plan the recorded run")?;
+        Some((run, plan))
+    } else {
+        None
+    };
+    let pool = new_pool()?;
+    if let Some((_, plan)) = &recorded {
+        pool.follow(plan)
+            .context("cannot follow the plan of the recorded run")?;
     }
-    pb.finish_and_clear();
-    let stats = pool.stats();
-    let summary = pool.memory_summary();
+    let run = train(&pool, cfg, a.steps, c)?;
+    let follow = pool.follow_stats();
+    let Run {
+        losses,
+        samples,
+        peak_reserved,
+        stats,
+        summary,
+        step_ms,
+    } = &run;
+    let peak_reserved = *peak_reserved;
     let (first, last) = (losses[0].1, losses[losses.len() - 1].1);
     let saved = cfg.f32_weight_bytes() - cfg.weight_bytes();
     if let Some(path) = &c.timeline {
@@ -201,7 +262,7 @@ pub fn command(a: &WorkloadArgs, c: &Common) -> Result<ExitCode> {
                 cfg.dtype,
                 target.name()
             ),
-            &samples,
+            samples,
             a.budget,
         )?;
     }
@@ -220,7 +281,17 @@ pub fn command(a: &WorkloadArgs, c: &Common) -> Result<ExitCode> {
                 "f32_weight_bytes": cfg.f32_weight_bytes(),
                 "saved_bytes": saved,
                 "peak_reserved": peak_reserved,
+                "step_ms": step_ms,
                 "stats": stats,
+                "recorded": recorded.as_ref().map(|(r, plan)| json!({
+                    "losses": r.losses,
+                    "peak_reserved": r.peak_reserved,
+                    "step_ms": r.step_ms,
+                    "stats": r.stats,
+                    "plan_reserved": plan.reserved(),
+                    "plan_segments": plan.pools.iter().map(|(_, p)| p.segments.len()).sum::<usize>(),
+                })),
+                "follow": recorded.as_ref().map(|_| follow),
             }))?
         );
     } else {
@@ -255,6 +326,25 @@ pub fn command(a: &WorkloadArgs, c: &Common) -> Result<ExitCode> {
             stats.counters.allocs,
             stats.counters.ooms
         );
+        if let Some((r, plan)) = &recorded {
+            outln!(
+                "recorded run: peak reserved {}, {} device allocations, {:.1} ms of steps; its plan: {} in {} buffers",
+                fmt_bytes(r.peak_reserved),
+                r.stats.counters.device_allocs,
+                r.step_ms,
+                fmt_bytes(plan.reserved()),
+                plan.pools
+                    .iter()
+                    .map(|(_, p)| p.segments.len())
+                    .sum::<usize>()
+            );
+            outln!(
+                "followed run: {} requests placed by the plan, {} not, {:.1} ms of steps",
+                follow.placed,
+                follow.unplaced,
+                step_ms
+            );
+        }
         if let Some((b, peak)) = found {
             outln!(
                 "found batch {b}: the dry run reserved {}, the GPU run {} (budget {})",

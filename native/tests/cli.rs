@@ -503,6 +503,33 @@ fn workload_trains_with_quantized_weights() {
 }
 
 #[test]
+fn workload_follows_the_plan_of_its_recorded_run() {
+    // Trained twice on the GPU: recorded, then following the plan of the
+    // recording. Same computation, so the same losses; every request of the
+    // planned pools placed, no more device allocations and no more memory.
+    let v = json(vrampool().args([
+        "workload", "--batch", "32", "--hidden", "64", "--steps", "20", "--follow",
+    ]));
+    let (rec, follow) = (&v["recorded"], &v["follow"]);
+    assert_eq!(v["losses"], rec["losses"], "{v}");
+    assert_eq!(f(&follow["unplaced"]), 0.0, "{follow}");
+    assert!(f(&follow["placed"]) >= 20.0, "{follow}");
+    assert_eq!(follow["following"], false, "the plan is used up: {follow}");
+    assert!(f(&rec["plan_segments"]) >= 1.0, "{rec}");
+    let allocs = |s: &serde_json::Value| f(&s["stats"]["counters"]["device_allocs"]);
+    assert!(allocs(&v) <= allocs(rec), "{v}");
+    assert!(f(&v["peak_reserved"]) <= f(&rec["peak_reserved"]), "{v}");
+    // Without --follow there is no recorded run.
+    let plain = json(vrampool().args([
+        "workload", "--batch", "32", "--hidden", "64", "--steps", "2",
+    ]));
+    assert!(
+        plain["recorded"].is_null() && plain["follow"].is_null(),
+        "{plain}"
+    );
+}
+
+#[test]
 fn find_batch_fits_the_budget_on_the_gpu() {
     let budget = 24u64 << 20;
     let v = json(vrampool().args([
