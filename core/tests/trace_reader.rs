@@ -216,14 +216,14 @@ fn streams_are_read_only_where_asked_for_and_a_bad_one_names_its_line() {
     // things there).
     assert_eq!(Trace::parse("log", log.as_bytes()).unwrap().events.len(), 4);
     for e in [
-        Trace::streams(log.as_bytes()).unwrap_err(),
+        Trace::streams("log", log.as_bytes()).unwrap_err(),
         Trace::parse_stream("log", log.as_bytes(), 0x2a).unwrap_err(),
     ] {
         let s = e.to_string();
         assert!(s.contains("line 5") && s.contains("stream `cuda`"), "{s}");
     }
     let two = &log[..log.rfind("0,0,allocate,0x30").unwrap()];
-    assert_eq!(Trace::streams(two.as_bytes()).unwrap(), vec![0, 42]);
+    assert_eq!(Trace::streams("log", two.as_bytes()).unwrap(), vec![0, 42]);
     // Hex and decimal are one stream; the others' rows are left out.
     let t = Trace::parse_stream("log", two.as_bytes(), 42).unwrap();
     assert_eq!((t.events.len(), t.peak_live), (2, 8192));

@@ -43,6 +43,39 @@ pub fn trace_reader(data: &[u8]) {
     let report = replay(&mut engine, &trace, 1);
     assert_eq!(report.allocs as usize, trace.allocations());
     engine.check_invariants().unwrap();
+    streams(data, &trace);
+}
+
+/// A log the reader accepts, read stream by stream and planned pool by pool:
+/// each stream's rows are a part of the whole (or an error with a message,
+/// where a pointer is freed on another stream than it was allocated on),
+/// and a plan is an error or plans only what the log holds.
+fn streams(data: &[u8], whole: &Trace) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return; // gzip: the stream readers take plain text
+    };
+    let streams = match Trace::streams("fuzz", data) {
+        Ok(s) => s,
+        Err(e) => {
+            // A stream column the whole read never looks at may be bad.
+            assert!(e.to_string().starts_with("fuzz"), "{e}");
+            return;
+        }
+    };
+    let mut events = 0;
+    for s in &streams {
+        match Trace::parse_stream("fuzz", data, *s) {
+            Ok(t) => events += t.events.len(),
+            Err(e) => assert!(e.to_string().starts_with("fuzz"), "{e}"),
+        }
+    }
+    assert!(events <= whole.events.len());
+    if data.len() <= 64 << 10
+        && let Ok(plan) = vrampool::trace::RecordedPlan::from_recording(text, 256, 1 << 40)
+    {
+        let planned: usize = plan.pools.iter().map(|(_, p)| p.blocks.len()).sum();
+        assert!(planned <= whole.allocations());
+    }
 }
 
 /// The engine's configurations a session may start from.

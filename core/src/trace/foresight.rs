@@ -194,7 +194,7 @@ impl RecordedPlan {
     ) -> Result<RecordedPlan, RecordedPlanError> {
         let text = log.as_bytes();
         let mut pools = Vec::new();
-        for stream in Trace::streams(text)? {
+        for stream in Trace::streams("recording", text)? {
             let pool = PoolKey::from_stream(stream).ok_or(RecordedPlanError::Stream(stream))?;
             if pool.exclusive {
                 continue;

@@ -210,7 +210,7 @@ impl Trace {
     /// let csv = "Thread,Time,Action,Pointer,Size,Stream\n\
     ///            0,0,allocate,0x10,4096,0x0\n0,0,allocate,0x20,8192,0x7\n\
     ///            0,0,free,0x10,4096,0x0\n0,0,free,0x20,8192,0x7\n";
-    /// assert_eq!(Trace::streams(csv.as_bytes())?, vec![0, 7]);
+    /// assert_eq!(Trace::streams("log", csv.as_bytes())?, vec![0, 7]);
     /// let seven = Trace::parse_stream("log", csv.as_bytes(), 7)?;
     /// assert_eq!((seven.events.len(), seven.peak_live), (2, 8192));
     /// # Ok::<(), vrampool::trace::TraceError>(())
@@ -220,10 +220,11 @@ impl Trace {
     }
 
     /// The distinct values of the `Stream` column of plain CSV text, in the
-    /// order they first appear (every row checked as [`Trace::parse`] does).
-    pub fn streams(text: &[u8]) -> Result<Vec<u64>, TraceError> {
+    /// order they first appear (every row checked as [`Trace::parse`] does;
+    /// `name` is used in messages).
+    pub fn streams(name: &str, text: &[u8]) -> Result<Vec<u64>, TraceError> {
         let mut seen = Vec::new();
-        Self::parse_reader("log", text, &mut Streams::Seen(&mut seen))?;
+        Self::parse_reader(name, text, &mut Streams::Seen(&mut seen))?;
         Ok(seen)
     }
 
