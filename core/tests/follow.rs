@@ -379,3 +379,86 @@ fn a_plan_of_a_recording_refuses_what_it_cannot_follow_and_pins_nothing() {
     let err = RecordedPlan::from_recording(log, 256, MIB).unwrap_err();
     assert!(err.to_string().contains("stream 0x7f0000000000"), "{err}");
 }
+
+#[test]
+fn a_plan_whose_blocks_leave_their_segment_is_refused() {
+    use vrampool::trace::{PoolKey, RecordedPlan};
+    let t = trace(&[(true, 1, MIB), (true, 2, MIB)]);
+    let good = Foresight::plan(&t, 256, 4 * MIB).unwrap();
+    for (offset, size) in [(u64::MAX - 255, 256), (good.segments[0], 256), (0, 0)] {
+        let mut bad = good.clone();
+        bad.blocks[1].offset = offset;
+        bad.blocks[1].size = size;
+        let mut e = engine();
+        let err = e.follow(&bad, 0).unwrap_err();
+        assert!(
+            err.to_string().contains("not a plan Foresight::plan made"),
+            "{err}"
+        );
+        let plan = RecordedPlan {
+            pools: vec![(PoolKey::default(), bad)],
+        };
+        assert!(e.follow_recorded(&plan).is_err());
+        assert_eq!(e.stats().total.reserved_bytes.current, 0);
+    }
+}
+
+#[test]
+fn a_plan_of_a_pool_the_run_stops_using_is_given_up() {
+    use vrampool::Request;
+    use vrampool::trace::RecordedPlan;
+    // Recorded: a pool used once at the start (0x40), then a loop on 0x80.
+    let mut first = engine();
+    first.start_recording();
+    let u = first.allocate(Request::new(4096, 0x40)).unwrap();
+    first.free(u.id).unwrap();
+    let u = first.allocate(Request::new(4096, 0x40)).unwrap();
+    first.free(u.id).unwrap();
+    for _ in 0..100 {
+        let a = first.allocate(Request::new(MIB, 0x80)).unwrap();
+        first.free(a.id).unwrap();
+    }
+    let plan = RecordedPlan::from_recording(&first.take_recording().unwrap(), 256, MIB).unwrap();
+    // This run uses 0x40 once, then only 0x80, far longer than recorded.
+    let mut next = engine();
+    next.follow_recorded(&plan).unwrap();
+    let u = next.allocate(Request::new(4096, 0x40)).unwrap();
+    next.free(u.id).unwrap();
+    for i in 0..10_000 {
+        let a = next.allocate(Request::new(MIB, 0x80)).unwrap();
+        next.free(a.id).unwrap();
+        if i == 100 {
+            // 0x80's plan is used up; 0x40's waits for a second request.
+            assert!(next.follow_stats().following);
+        }
+    }
+    assert!(!next.follow_stats().following, "{:?}", next.follow_stats());
+    assert!(next.snapshot().segments.iter().all(|s| !s.pinned));
+    next.check_invariants().unwrap();
+}
+
+#[test]
+fn recordings_log_only_their_own_deferred_frees() {
+    use vrampool::Request;
+    let mut e = engine();
+    // Pending before the recording: its free is not logged (its allocation is not).
+    let before = e.allocate(Request::new(MIB, 0)).unwrap();
+    e.defer_free(before.id).unwrap();
+    e.start_recording();
+    let a = e.allocate(Request::new(MIB, 0)).unwrap();
+    e.defer_free(a.id).unwrap();
+    let mark = e.defer_mark();
+    let one = e.take_recording().unwrap(); // a's free at the end: still pending
+    e.start_recording();
+    e.reclaim_deferred(mark); // before's and a's: neither belongs to this recording
+    let b = e.allocate(Request::new(MIB, 0)).unwrap();
+    e.defer_free(b.id).unwrap();
+    let mark = e.defer_mark();
+    e.reclaim_deferred(mark);
+    let two = e.take_recording().unwrap();
+    for (log, rows) in [(&one, 2), (&two, 2)] {
+        let t = Trace::parse("log", log.as_bytes()).unwrap();
+        assert_eq!(t.events.len(), rows, "{log}");
+        assert_eq!(t.peak_live, MIB, "{log}");
+    }
+}

@@ -16,10 +16,13 @@ pub(super) struct Deferred {
     pub(super) mark: u64,
     pub(super) block: u32,
     pub(super) generation: u32,
-    /// For a recording: the block's address, size and pool's stream.
+    /// For a recording: the block's address, requested size and pool's
+    /// stream, and the recording it was deferred in (0: none), so that its
+    /// free is logged in that recording alone, and once.
     pub(super) address: u64,
     pub(super) size: u64,
     pub(super) stream: u64,
+    pub(super) recording: u64,
 }
 
 impl<B: Backend> Engine<B> {
@@ -54,6 +57,7 @@ impl<B: Backend> Engine<B> {
     /// blocks its handle cache gives back late keep the mark of their drop,
     /// which may be older than the newest deferred block's.
     pub(crate) fn defer_free_at(&mut self, id: BlockId, mark: u64) -> Result<()> {
+        let requested = self.live_block(id)?.requested;
         let b = self.take_live(id, false)?;
         let block = &mut self.blocks[b as usize];
         block.state = BlockState::Pending;
@@ -83,8 +87,13 @@ impl<B: Backend> Engine<B> {
                 block: b,
                 generation,
                 address,
-                size,
+                size: requested,
                 stream,
+                recording: if self.recorder.is_some() {
+                    self.recording
+                } else {
+                    0
+                },
             },
         );
         Ok(())

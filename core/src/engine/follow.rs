@@ -29,6 +29,11 @@ pub(super) const WINDOW: usize = 8;
 /// Requests in a row that match nothing before the engine stops following.
 pub(super) const GIVE_UP: u32 = 64;
 
+/// Requests (of any pool) a plan may go without a match before the engine
+/// gives it up: a pool the run no longer uses must not keep its plan — and
+/// the wgpu binding's front cache closed — for good.
+pub(super) const STALE: u64 = 4096;
+
 /// A planned segment is under this (1 TiB): its free blocks are indexed by
 /// `segment << 40 | offset` (see `free_index::BY_OFFSET`).
 const MAX_PLANNED_SEGMENT: u64 = 1 << 40;
@@ -48,6 +53,8 @@ pub(super) struct Following {
     /// The plan's segments, as engine segment indexes.
     segments: Vec<u32>,
     misses_in_a_row: u32,
+    /// The engine's tick at the last match (or when following began).
+    last_match: u64,
 }
 
 #[derive(Clone, Copy)]
@@ -204,6 +211,7 @@ impl<B: Backend> Engine<B> {
                 cursor: 0,
                 segments,
                 misses_in_a_row: 0,
+                last_match: self.tick,
             });
         }
         // A plan with nothing to place is used up from the start.
@@ -242,6 +250,18 @@ impl<B: Backend> Engine<B> {
                 "the plan places a block in segment {} of {}: not a plan Foresight::plan made",
                 b.segment,
                 plan.segments.len()
+            )));
+        }
+        if let Some(b) = plan.blocks.iter().find(|b| {
+            b.size == 0
+                || b.offset
+                    .checked_add(b.size)
+                    .is_none_or(|end| end > plan.segments[b.segment])
+        }) {
+            return Err(Error::Config(format!(
+                "the plan places a block of {} bytes at offset {} of segment {}, which is {} \
+                 bytes: not a plan Foresight::plan made",
+                b.size, b.offset, b.segment, plan.segments[b.segment]
             )));
         }
         if let Some(&s) = plan.segments.iter().find(|&&s| s >= MAX_PLANNED_SEGMENT) {
@@ -320,6 +340,9 @@ impl<B: Backend> Engine<B> {
         if self.following.is_empty() {
             return None;
         }
+        if self.tick.is_multiple_of(64) {
+            self.give_up_stale_plans();
+        }
         let i = self.following.iter().position(|f| f.pool == pool)?;
         let f = &self.following[i];
         let end = (f.cursor + WINDOW).min(f.entries.len());
@@ -340,8 +363,21 @@ impl<B: Backend> Engine<B> {
         };
         f.cursor = k + 1;
         f.misses_in_a_row = 0;
+        f.last_match = self.tick;
         self.follow_stats.placed += 1;
         Some(self.cut_at(b, e.offset))
+    }
+
+    /// Gives up every plan that matched nothing in the last [`STALE`]
+    /// requests of any pool.
+    fn give_up_stale_plans(&mut self) {
+        while let Some(i) = self
+            .following
+            .iter()
+            .position(|f| self.tick.saturating_sub(f.last_match) > STALE)
+        {
+            self.stop_following_plan(i);
+        }
     }
 
     /// Stops following once the last planned allocation was placed (after

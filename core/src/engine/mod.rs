@@ -87,6 +87,9 @@ pub struct Engine<B: Backend> {
     tick: u64,
     next_address: u64,
     recorder: Option<Recorder>,
+    /// Counts recordings begun (from 1), to tell a deferred free of this
+    /// recording from one of an earlier one or of none.
+    recording: u64,
     observers: Vec<OomObserver>,
     lost: Option<String>,
     has_preallocation: bool,
@@ -153,6 +156,7 @@ impl<B: Backend> Engine<B> {
             tick: 0,
             next_address: 0x7f00_0000_0000,
             recorder: None,
+            recording: 0,
             observers: Vec::new(),
             lost: None,
             has_preallocation: false,
@@ -285,6 +289,7 @@ impl<B: Backend> Engine<B> {
     /// Starts recording every allocate and free as RMM CSV log lines.
     pub fn start_recording(&mut self) {
         self.recorder = Some(Recorder::new());
+        self.recording += 1;
     }
 
     /// Stops recording and returns the log (header included), if recording.
@@ -299,6 +304,8 @@ impl<B: Backend> Engine<B> {
         for d in &pending {
             self.record_reusable(d);
         }
+        // Logged: no later recording may log them again.
+        self.recording += 1;
         self.recorder.take().map(Recorder::finish)
     }
 

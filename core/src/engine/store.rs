@@ -408,8 +408,12 @@ impl<B: Backend> Engine<B> {
     /// meanwhile, they would have been (a run that follows a plan of the
     /// recording may keep that segment, and its bytes stay pending till
     /// then). Addresses are never reused, so a late free names its block.
+    /// A block deferred before the recording began (its allocation may not
+    /// be in it), or logged already by a `take_recording`, is not logged.
     pub(super) fn record_reusable(&mut self, d: &super::deferred::Deferred) {
-        if let Some(r) = &mut self.recorder {
+        if d.recording == self.recording
+            && let Some(r) = &mut self.recorder
+        {
             r.record(false, d.address, d.size, d.stream);
         }
     }

@@ -217,7 +217,8 @@ impl Inner {
 
     /// Opens the front cache again if nothing needs it closed: it serves
     /// requests without the engine, so while the pool records or follows a
-    /// plan every request must reach the engine, in order.
+    /// plan every request must reach the engine, in order. Called, as the
+    /// flags are changed, with the engine's lock held.
     fn reopen_front(&self) {
         let closed =
             self.recording.load(Ordering::Acquire) || self.following.load(Ordering::Acquire);
@@ -738,18 +739,20 @@ impl Pool {
     /// records, every allocation and free goes through the engine (the front
     /// cache is closed), so the log has each one in order.
     pub fn start_recording(&self) {
-        let cache = self.inner.front.cache;
-        self.inner.recording.store(true, Ordering::Release);
-        cache.set_open(false);
+        // The flags and the cache change under the engine's lock only, so
+        // that `follow`, `take_recording` and a plan's end do not interleave.
         let mut engine = self.inner.engine_reported();
-        // Blocks parked while the cache closed, under each shard's lock.
+        self.inner.recording.store(true, Ordering::Release);
+        self.inner.front.cache.set_open(false);
+        // Blocks parked before the cache closed, under each shard's lock.
         self.inner.hand_back(&mut engine, Drain::EveryLocked);
         engine.start_recording()
     }
 
     /// Stops recording and returns the log.
     pub fn take_recording(&self) -> Option<String> {
-        let log = self.inner.engine_reported().take_recording();
+        let mut engine = self.inner.engine_reported();
+        let log = engine.take_recording();
         self.inner.recording.store(false, Ordering::Release);
         self.inner.reopen_front();
         log
@@ -784,11 +787,10 @@ impl Pool {
     /// there (and, with [`Reuse::AfterSubmit`], no longer pending), so a
     /// plan never makes two owners share bytes, whatever it says.
     pub fn follow(&self, plan: &RecordedPlan) -> Result<()> {
-        let cache = self.inner.front.cache;
-        self.inner.following.store(true, Ordering::Release);
-        cache.set_open(false);
         let mut engine = self.inner.engine_reported();
-        // Blocks parked while the cache closed, under each shard's lock.
+        self.inner.following.store(true, Ordering::Release);
+        self.inner.front.cache.set_open(false);
+        // Blocks parked before the cache closed, under each shard's lock.
         self.inner.hand_back(&mut engine, Drain::EveryLocked);
         let followed = engine.follow_recorded(plan);
         self.inner.note_follow_end(&engine);
