@@ -91,7 +91,9 @@ impl<B: Backend> Engine<B> {
     /// last one matched, if its range is free; a request the plan does not
     /// foresee is served by the policy as always. Once 64 requests in a row
     /// match nothing (the workload has left the plan), or the plan is used
-    /// up, the engine stops following ([`Engine::stop_following`]), and so
+    /// up, or it matches nothing in 4096 requests of any pool (the run no
+    /// longer makes them), the engine stops following
+    /// ([`Engine::stop_following`]), and so
     /// does [`Engine::empty_cache`] (a run that ends before its plan does
     /// gets the plan's memory back there). While a plan is followed the soft
     /// headroom does not act (the plan is the memory the workload was

@@ -780,7 +780,8 @@ impl Pool {
     /// goes through the engine (the front cache is closed, as while
     /// recording: the plan matches requests in their order); it follows
     /// until the plan is used up, the workload leaves it (64 requests in a
-    /// row it did not foresee), [`Pool::stop_following`] or
+    /// row it did not foresee, or 4096 of any kind with none it foresaw),
+    /// [`Pool::stop_following`] or
     /// [`Pool::empty_cache`], and the plan's segments then become ordinary
     /// cache. Requests the plan did not foresee are served as always; a
     /// block is placed at its planned offset only if those bytes are free
