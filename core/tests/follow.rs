@@ -462,3 +462,32 @@ fn recordings_log_only_their_own_deferred_frees() {
         assert_eq!(t.peak_live, MIB, "{log}");
     }
 }
+
+#[test]
+fn a_pool_used_once_a_long_step_keeps_its_plan_while_another_plan_matches() {
+    use vrampool::Request;
+    use vrampool::trace::RecordedPlan;
+    // Each step: one 0x40 readback, then 5 000 tensors of 0x80.
+    let step = |e: &mut Engine<SimulatedDevice>| {
+        let r = e.allocate(Request::new(4096, 0x40)).unwrap();
+        e.free(r.id).unwrap();
+        for _ in 0..5_000 {
+            let a = e.allocate(Request::new(MIB, 0x80)).unwrap();
+            e.free(a.id).unwrap();
+        }
+    };
+    let mut first = engine();
+    first.start_recording();
+    for _ in 0..3 {
+        step(&mut first);
+    }
+    let plan = RecordedPlan::from_recording(&first.take_recording().unwrap(), 256, MIB).unwrap();
+    let mut next = engine();
+    next.follow_recorded(&plan).unwrap();
+    for _ in 0..3 {
+        step(&mut next);
+    }
+    let follow = next.follow_stats();
+    assert_eq!((follow.placed, follow.unplaced), (15_003, 0), "{follow:?}");
+    assert!(!follow.following);
+}

@@ -29,9 +29,11 @@ pub(super) const WINDOW: usize = 8;
 /// Requests in a row that match nothing before the engine stops following.
 pub(super) const GIVE_UP: u32 = 64;
 
-/// Requests (of any pool) a plan may go without a match before the engine
-/// gives it up: a pool the run no longer uses must not keep its plan — and
-/// the wgpu binding's front cache closed — for good.
+/// Requests (of any pool) that may pass with no plan matching any before the
+/// engine gives every plan up: a run that has outlasted its recording, or a
+/// pool it no longer uses, must not keep its plans — and the wgpu binding's
+/// front cache closed — for good. (While one plan still matches, the others
+/// wait: a pool used once a step keeps its plan through a long step.)
 pub(super) const STALE: u64 = 4096;
 
 /// A planned segment is under this (1 TiB): its free blocks are indexed by
@@ -91,8 +93,8 @@ impl<B: Backend> Engine<B> {
     /// last one matched, if its range is free; a request the plan does not
     /// foresee is served by the policy as always. Once 64 requests in a row
     /// match nothing (the workload has left the plan), or the plan is used
-    /// up, or it matches nothing in 4096 requests of any pool (the run no
-    /// longer makes them), the engine stops following
+    /// up, or no plan has matched anything in 4096 requests of any pool (the
+    /// run no longer makes them), the engine stops following
     /// ([`Engine::stop_following`]), and so
     /// does [`Engine::empty_cache`] (a run that ends before its plan does
     /// gets the plan's memory back there). While a plan is followed the soft
@@ -370,15 +372,16 @@ impl<B: Backend> Engine<B> {
         Some(self.cut_at(b, e.offset))
     }
 
-    /// Gives up every plan that matched nothing in the last [`STALE`]
-    /// requests of any pool.
+    /// Gives up every plan once none has matched anything in the last
+    /// [`STALE`] requests of any pool.
     fn give_up_stale_plans(&mut self) {
-        while let Some(i) = self
+        let tick = self.tick;
+        if self
             .following
             .iter()
-            .position(|f| self.tick.saturating_sub(f.last_match) > STALE)
+            .all(|f| tick.saturating_sub(f.last_match) > STALE)
         {
-            self.stop_following_plan(i);
+            self.stop_following();
         }
     }
 

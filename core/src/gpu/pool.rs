@@ -780,7 +780,7 @@ impl Pool {
     /// goes through the engine (the front cache is closed, as while
     /// recording: the plan matches requests in their order); it follows
     /// until the plan is used up, the workload leaves it (64 requests in a
-    /// row it did not foresee, or 4096 of any kind with none it foresaw),
+    /// row it did not foresee, or 4096 of any kind with none foreseen),
     /// [`Pool::stop_following`] or
     /// [`Pool::empty_cache`], and the plan's segments then become ordinary
     /// cache. Requests the plan did not foresee are served as always; a
