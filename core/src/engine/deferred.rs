@@ -8,7 +8,7 @@ use crate::error::Result;
 use crate::types::BlockId;
 
 use super::Engine;
-use super::store::BlockState;
+use super::store::{BlockState, FreeRow, log_free};
 
 /// A block freed with [`Engine::defer_free`], waiting for its mark.
 #[derive(Debug, Clone, Copy)]
@@ -16,13 +16,8 @@ pub(super) struct Deferred {
     pub(super) mark: u64,
     pub(super) block: u32,
     pub(super) generation: u32,
-    /// For a recording: the block's address, requested size and pool's
-    /// stream, and the recording it was deferred in (0: none), so that its
-    /// free is logged in that recording alone, and once.
-    pub(super) address: u64,
-    pub(super) size: u64,
-    pub(super) stream: u64,
-    pub(super) recording: u64,
+    /// Its free's row, if a recording was under way (see `log_free`).
+    pub(super) row: Option<FreeRow>,
 }
 
 impl<B: Backend> Engine<B> {
@@ -57,17 +52,13 @@ impl<B: Backend> Engine<B> {
     /// blocks its handle cache gives back late keep the mark of their drop,
     /// which may be older than the newest deferred block's.
     pub(crate) fn defer_free_at(&mut self, id: BlockId, mark: u64) -> Result<()> {
-        let requested = self.live_block(id)?.requested;
-        let b = self.take_live(id, false)?;
+        let (b, row) = self.take_live(id)?;
         let block = &mut self.blocks[b as usize];
         block.state = BlockState::Pending;
         let (segment, size, generation) = (block.segment, block.size, block.generation);
-        let address = block.offset;
         let seg = self.segments[segment as usize].as_mut().unwrap();
         seg.pending += size;
-        let address = seg.address + address;
         let pool = seg.pool as usize;
-        let stream = self.pools[pool].key().stream();
         for st in [&mut self.total, &mut self.pools[pool].stats] {
             st.pending_bytes.add(size);
             st.pending_blocks.add(1);
@@ -86,14 +77,7 @@ impl<B: Backend> Engine<B> {
                 mark,
                 block: b,
                 generation,
-                address,
-                size: requested,
-                stream,
-                recording: if self.recorder.is_some() {
-                    self.recording
-                } else {
-                    0
-                },
+                row,
             },
         );
         Ok(())
@@ -122,7 +106,7 @@ impl<B: Backend> Engine<B> {
                 break;
             }
             self.deferred.pop_front();
-            self.record_reusable(&d);
+            log_free(&mut self.recorder, self.recording, d.row);
             let block = &self.blocks[d.block as usize];
             if block.state != BlockState::Pending || block.generation != d.generation {
                 continue; // released with its segment

@@ -300,9 +300,8 @@ impl<B: Backend> Engine<B> {
     /// log: the log is of where the engine could place what, as a plan of
     /// it ([`RecordedPlan`](crate::trace::RecordedPlan)) needs.
     pub fn take_recording(&mut self) -> Option<String> {
-        let pending: Vec<Deferred> = self.deferred.iter().copied().collect();
-        for d in &pending {
-            self.record_reusable(d);
+        for d in &self.deferred {
+            store::log_free(&mut self.recorder, self.recording, d.row);
         }
         // Logged: no later recording may log them again.
         self.recording += 1;
@@ -330,7 +329,8 @@ impl<B: Backend> Engine<B> {
     /// Returns a block to the cache, coalescing it with free neighbours: the
     /// next request may reuse its bytes at once.
     pub fn free(&mut self, id: crate::BlockId) -> Result<()> {
-        let b = self.take_live(id, true)?;
+        let (b, row) = self.take_live(id)?;
+        store::log_free(&mut self.recorder, self.recording, row);
         self.make_free(b);
         Ok(())
     }

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::stats::PoolStats;
-use crate::trace::PoolKey;
+use crate::trace::{PoolKey, Recorder};
 use crate::types::{Allocation, BlockId, Request, SegmentClass, SegmentId};
 
 use super::Engine;
@@ -120,6 +120,34 @@ impl<B: Backend> Engine<B> {
         } else {
             block.size
         }
+    }
+}
+
+/// A free as a recording logs it, kept from the moment its block left its
+/// owner (a deferred block's until its bytes become reusable).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct FreeRow {
+    address: u64,
+    /// The bytes its allocation asked for, as its allocate row says.
+    size: u64,
+    stream: u64,
+    /// The recording it belongs to (`Engine::recording` when it was made).
+    recording: u64,
+}
+
+/// Logs `row` in `recorder` if it belongs to the recording under way
+/// (`recording`): a free made before this recording began (its allocation
+/// may not be in it), or logged already by an earlier `take_recording`, is
+/// not. A deferred block's free is logged once its mark is reclaimed — its
+/// bytes are reusable from then on, or, if its segment was released
+/// meanwhile, would have been (a run that follows a plan of the recording
+/// may keep that segment, and its bytes stay pending till then); addresses
+/// are never reused, so a late free names its block.
+pub(super) fn log_free(recorder: &mut Option<Recorder>, recording: u64, row: Option<FreeRow>) {
+    if let (Some(r), Some(row)) = (recorder, row)
+        && row.recording == recording
+    {
+        r.record(false, row.address, row.size, row.stream);
     }
 }
 
@@ -367,11 +395,10 @@ impl<B: Backend> Engine<B> {
 
     /// Takes a live block from its owner: the figures of a free, the id made
     /// stale. Returns the block's index, detached (neither live nor free yet).
-    /// A deferred free (`recorded: false`) is recorded when its bytes
-    /// become reusable instead ([`Engine::record_reusable`]): a recording is
-    /// of what the engine could place where, which is what a plan of it
-    /// (`RecordedPlan`) must know.
-    pub(super) fn take_live(&mut self, id: BlockId, recorded: bool) -> Result<u32> {
+    /// While recording, also returns the free's row, for the caller to log
+    /// ([`log_free`]): at once for a free, when its bytes become reusable for
+    /// a deferred one.
+    pub(super) fn take_live(&mut self, id: BlockId) -> Result<(u32, Option<FreeRow>)> {
         let block = self.live_block(id)?;
         let (segment, size, requested) = (block.segment, block.size, block.requested);
         let b = id.index;
@@ -392,30 +419,13 @@ impl<B: Backend> Engine<B> {
             st.allocations.sub(1);
         }
         self.counters.frees += 1;
-        if recorded && let Some(r) = &mut self.recorder {
-            r.record(
-                false,
-                address,
-                requested,
-                self.pools[pool as usize].key().stream(),
-            );
-        }
-        Ok(b)
-    }
-
-    /// Records the free of a deferred block once its mark is reclaimed:
-    /// its bytes are reusable from then on, or, if its segment was released
-    /// meanwhile, they would have been (a run that follows a plan of the
-    /// recording may keep that segment, and its bytes stay pending till
-    /// then). Addresses are never reused, so a late free names its block.
-    /// A block deferred before the recording began (its allocation may not
-    /// be in it), or logged already by a `take_recording`, is not logged.
-    pub(super) fn record_reusable(&mut self, d: &super::deferred::Deferred) {
-        if d.recording == self.recording
-            && let Some(r) = &mut self.recorder
-        {
-            r.record(false, d.address, d.size, d.stream);
-        }
+        let row = self.recorder.is_some().then(|| FreeRow {
+            address,
+            size: requested,
+            stream: self.pools[pool as usize].key().stream(),
+            recording: self.recording,
+        });
+        Ok((b, row))
     }
 
     /// Makes detached block `b` free: cached, coalesced with its free
@@ -494,7 +504,7 @@ impl<B: Backend> Engine<B> {
                     let entry = self.entry_of(key, b);
                     self.pools[pool].free.remove(key, entry, b);
                 }
-                // Recorded when its mark is reclaimed (see `record_reusable`).
+                // Logged when its mark is reclaimed (see `log_free`).
                 BlockState::Pending => pending_blocks += 1,
                 BlockState::Live | BlockState::Vacant => {
                     unreachable!("a released segment holds no live block")

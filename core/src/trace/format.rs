@@ -318,19 +318,12 @@ impl Trace {
                     ));
                 }
             };
-            match streams {
-                Streams::All => {}
-                Streams::Only(keep) => {
-                    let stream = parse_u64(&record[5], "stream").map_err(|w| row_err(line, w))?;
-                    if stream != *keep {
-                        continue;
-                    }
-                }
-                Streams::Seen(seen) => {
-                    let stream = parse_u64(&record[5], "stream").map_err(|w| row_err(line, w))?;
-                    if !seen.contains(&stream) {
-                        seen.push(stream);
-                    }
+            if !matches!(streams, Streams::All) {
+                let stream = parse_u64(&record[5], "stream").map_err(|w| row_err(line, w))?;
+                match streams {
+                    Streams::Only(keep) if stream != *keep => continue,
+                    Streams::Seen(seen) if !seen.contains(&stream) => seen.push(stream),
+                    _ => {}
                 }
             }
             let pointer = parse_u64(&record[3], "pointer").map_err(|w| row_err(line, w))?;
