@@ -184,18 +184,30 @@ fn bad_plans_and_refusals_are_errors_that_pin_nothing() {
     // cache, released by empty_cache, and the engine follows nothing.
     let two = Foresight::plan(&t, 256, 4 * MIB).unwrap();
     assert_eq!(two.segments.len(), 2);
+    let mut e = refusing(2);
+    assert!(matches!(e.follow(&two, 0), Err(Error::OutOfMemory(_))));
+    follows_nothing_and_caches(&mut e, 3 * MIB);
+}
+
+/// An engine whose device refuses its `n`th segment.
+fn refusing(n: u64) -> Engine<Faulty<SimulatedDevice>> {
     let faults = Faults::new();
-    let mut e = Engine::new(
+    let e = Engine::new(
         Faulty::new(SimulatedDevice::new(8 << 30), faults.clone()),
         Config::default(),
     )
     .unwrap();
-    faults.refuse(2, Fault::OutOfMemory);
-    assert!(matches!(e.follow(&two, 0), Err(Error::OutOfMemory(_))));
+    faults.refuse(n, Fault::OutOfMemory);
+    e
+}
+
+/// After a refused `follow`: nothing followed or pinned, and the segments
+/// made before the refusal ordinary cache of `cached` bytes.
+fn follows_nothing_and_caches(e: &mut Engine<Faulty<SimulatedDevice>>, cached: u64) {
     assert!(!e.follow_stats().following);
     assert!(e.snapshot().segments.iter().all(|s| !s.pinned));
     e.check_invariants().unwrap();
-    assert_eq!(e.empty_cache(), 3 * MIB);
+    assert_eq!(e.empty_cache(), cached);
 }
 
 #[test]
@@ -356,13 +368,7 @@ fn a_plan_of_a_recording_refuses_what_it_cannot_follow_and_pins_nothing() {
     }
     // The device refuses the second pool's first segment: the first pool's
     // become ordinary cache and nothing is followed.
-    let faults = Faults::new();
-    let mut e = Engine::new(
-        Faulty::new(SimulatedDevice::new(8 << 30), faults.clone()),
-        Config::default(),
-    )
-    .unwrap();
-    faults.refuse(3, Fault::OutOfMemory);
+    let mut e = refusing(3);
     let two = RecordedPlan {
         pools: vec![(key(1, false), plan.clone()), (key(2, false), plan)],
     };
@@ -370,10 +376,7 @@ fn a_plan_of_a_recording_refuses_what_it_cannot_follow_and_pins_nothing() {
         e.follow_recorded(&two),
         Err(Error::OutOfMemory(_))
     ));
-    assert!(!e.follow_stats().following);
-    assert!(e.snapshot().segments.iter().all(|s| !s.pinned));
-    e.check_invariants().unwrap();
-    assert_eq!(e.empty_cache(), 6 * MIB);
+    follows_nothing_and_caches(&mut e, 6 * MIB);
     // A log whose streams are not an engine's pools.
     let log = "Thread,Time,Action,Pointer,Size,Stream\n0,0,allocate,0x1,256,0x7f0000000000\n";
     let err = RecordedPlan::from_recording(log, 256, MIB).unwrap_err();

@@ -225,6 +225,16 @@ impl Inner {
         self.front.cache.set_open(self.front_enabled && !closed);
     }
 
+    /// Closes the front cache for `why` (`recording` or `following`, set
+    /// here), with the engine's lock held, and hands every parked block back
+    /// to the engine under each shard's lock, so every later request and
+    /// drop reaches the engine.
+    fn close_front(&self, engine: &mut Engine<WgpuBackend>, why: &AtomicBool) {
+        why.store(true, Ordering::Release);
+        self.front.cache.set_open(false);
+        self.hand_back(engine, Drain::EveryLocked);
+    }
+
     /// Notes that the engine stopped following its plan (used up, given up,
     /// `empty_cache`), and opens the front cache again.
     fn note_follow_end(&self, engine: &Engine<WgpuBackend>) {
@@ -742,10 +752,7 @@ impl Pool {
         // The flags and the cache change under the engine's lock only, so
         // that `follow`, `take_recording` and a plan's end do not interleave.
         let mut engine = self.inner.engine_reported();
-        self.inner.recording.store(true, Ordering::Release);
-        self.inner.front.cache.set_open(false);
-        // Blocks parked before the cache closed, under each shard's lock.
-        self.inner.hand_back(&mut engine, Drain::EveryLocked);
+        self.inner.close_front(&mut engine, &self.inner.recording);
         engine.start_recording()
     }
 
@@ -789,10 +796,7 @@ impl Pool {
     /// plan never makes two owners share bytes, whatever it says.
     pub fn follow(&self, plan: &RecordedPlan) -> Result<()> {
         let mut engine = self.inner.engine_reported();
-        self.inner.following.store(true, Ordering::Release);
-        self.inner.front.cache.set_open(false);
-        // Blocks parked before the cache closed, under each shard's lock.
-        self.inner.hand_back(&mut engine, Drain::EveryLocked);
+        self.inner.close_front(&mut engine, &self.inner.following);
         let followed = engine.follow_recorded(plan);
         self.inner.note_follow_end(&engine);
         followed
