@@ -36,10 +36,14 @@ the smallest step of 1, 2, 3, 5, 10, 20, 50 whose estimated scan time fits in T 
 (each attempt estimated at 3 x the unconstrained replay's time + 0.3 s, 0.5 s with
 expandable segments, plus 8 s per process), and records the step it used.
 
+With --scale N every size is divided by N (at least 1 byte), as vrampool's `--scale N` and
+`Trace::scaled` divide them, and the figures go to <dir>/pytorch_figures_div<N>.json instead.
+
 Usage: PYTHONUNBUFFERED=1 python3 scripts/traces/pytorch_figures.py [--dir data/traces]
        [--jobs 8] [--mem-budget-gib 100] [--no-verify] [--configs default,expandable]
-       [--chunk 128] [--skip-replay] [--kstep 1] [--scan-seconds T] [names...]
-Writes <dir>/pytorch_figures.json and prints a markdown table.
+       [--chunk 128] [--skip-replay] [--kstep 1] [--scan-seconds T] [--scale N] [names...]
+Writes <dir>/pytorch_figures.json (pytorch_figures_div<N>.json with --scale N) and prints a
+markdown table.
 """
 
 import argparse
@@ -70,8 +74,14 @@ README_FIGURES = {  # replay ratio, device allocs, us/op, min budget, device all
 CONFIGS = {"default": None, "expandable": "expandable_segments:True"}
 
 
+# Every size is divided by this (at least 1 byte), as `Trace::scaled` divides them; the
+# parent's --scale, passed to its children in the environment.
+SCALE = int(os.environ.get("VRAMPOOL_TRACE_SCALE", "1"))
+
+
 def load(path):
-    """Read an RMM CSV(.gz) log into replay ops [(slot, size)] (size 0 = free of slot)."""
+    """Read an RMM CSV(.gz) log into replay ops [(slot, size)] (size 0 = free of slot), every
+    size divided by SCALE."""
     op = gzip.open if path.endswith(".gz") else open
     ops, live, slots = [], {}, 0
     cur = peak = n_alloc = largest = 0
@@ -84,6 +94,7 @@ def load(path):
             if act == "allocate":
                 if size <= 0:
                     raise ValueError(f"{path}:{ln}: allocation of size {size}")
+                size = max(1, size // SCALE)
                 if ptr in live:
                     raise ValueError(f"{path}:{ln}: {ptr:#x} allocated again while live")
                 live[ptr] = (slots, size)
@@ -316,6 +327,7 @@ def f3(x):
 
 
 def main():
+    global SCALE
     ap = argparse.ArgumentParser()
     ap.add_argument("names", nargs="*")
     ap.add_argument("--dir", default=os.path.join(REPO, "data", "traces"))
@@ -330,6 +342,8 @@ def main():
     ap.add_argument("--kstep", type=int, default=1, help="grid step in 0.001 (default 1)")
     ap.add_argument("--scan-seconds", type=float,
                     help="pick the finest grid step whose estimated scan fits in this time")
+    ap.add_argument("--scale", type=int, default=1,
+                    help="divide every size by this (at least 1 byte), as vrampool's --scale")
     ap.add_argument("--replay")
     ap.add_argument("--wait", action="store_true")
     ap.add_argument("--scan", help="(internal) scan budgets k0..k1 of this trace")
@@ -338,6 +352,12 @@ def main():
     ap.add_argument("--attempt")
     ap.add_argument("--k", type=int)
     args = ap.parse_args()
+    if args.scale != 1:
+        if args.scale < 1:
+            ap.error("--scale must be at least 1")
+        # load() reads it here and in every child, which inherits the environment.
+        os.environ["VRAMPOOL_TRACE_SCALE"] = str(args.scale)
+        SCALE = args.scale
     if args.replay:
         print("RESULT " + json.dumps(child_replay(args.replay, args.wait)), flush=True)
         return
@@ -363,14 +383,17 @@ def main():
     configs = [c for c in args.configs.split(",") if c]
     rec = {}
     rp = os.path.join(args.dir, "recording.json")
-    if os.path.exists(rp):
+    # The workload's own run was at full size: its figures say nothing of a scaled replay.
+    if os.path.exists(rp) and SCALE == 1:
         with open(rp) as f:
             rec = json.load(f)
-    out_path = os.path.join(args.dir, "pytorch_figures.json")
+    out_path = os.path.join(
+        args.dir, "pytorch_figures.json" if SCALE == 1 else f"pytorch_figures_div{SCALE}.json")
     out = dict(meta={}, traces={})
     if os.path.exists(out_path):
         with open(out_path) as f:
             out = json.load(f)
+    out["meta"]["scale"] = SCALE
     for n, p in zip(names, paths):
         tr = load(p)
         t = dict(file=os.path.relpath(p, args.dir), allocations=tr["allocations"],
@@ -382,7 +405,7 @@ def main():
             t["real_run"] = rec[n]["real_run_ratio"]
             t["real_run_source"] = "recording.json (max_memory_reserved / peak live)"
             t["max_memory_reserved"] = rec[n]["max_memory_reserved"]
-        elif n in README_REAL_RUN:
+        elif n in README_REAL_RUN and SCALE == 1:
             t["real_run"] = README_REAL_RUN[n]
             t["real_run_source"] = "shared/traces/README.md (not re-run)"
         old = out["traces"].get(n, {})
