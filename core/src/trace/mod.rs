@@ -8,9 +8,13 @@
 //! - `targets.rs` — the standing targets a replay is held to against a
 //!   baseline's ([`Targets`]);
 //! - `foresight.rs` — what the trace would need if every lifetime were known
-//!   in advance: a static plan ([`Foresight`]), the yardstick for a policy.
+//!   in advance: a static plan ([`Foresight`]), the yardstick for a policy;
+//! - `expandable.rs` — what it would need with virtual memory: PyTorch's
+//!   allocator with `expandable_segments` ([`Expandable`]), the highest bar
+//!   a pool without virtual memory is held to.
 
 mod cost;
+mod expandable;
 mod foresight;
 mod format;
 mod record;
@@ -18,6 +22,7 @@ mod replay;
 mod targets;
 
 pub use cost::DeviceCost;
+pub use expandable::{Expandable, ExpandableBlock, ExpandableStats};
 pub use foresight::{Foresight, ForesightError, PlannedBlock, RecordedPlan, RecordedPlanError};
 pub use format::{Action, HEADER, MAX_LINE, Trace, TraceError, TraceEvent};
 pub use record::{PoolKey, Recorder};
