@@ -4,8 +4,10 @@
 //! device by the vrampool policy (with
 //! any `--set` changes) and by the PyTorch preset: which rows miss which
 //! target (core's `trace::Targets`), the counts, and the device time the
-//! churn would cost on the H200 (core's `DeviceCost`). What BENCHMARKS.md's
-//! policy sweeps were measured with.
+//! churn would cost on the H200 (core's `DeviceCost`); beside them, PyTorch
+//! with expandable segments on simulated virtual memory (core's
+//! `trace::Expandable`), the bar a pool without virtual memory is held to.
+//! What BENCHMARKS.md's policy sweeps were measured with.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -16,7 +18,8 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use serde::Serialize;
 use vrampool::trace::{
-    DeviceCost, Foresight, ForesightError, Missed, RowFigures, Targets, smallest_budget,
+    DeviceCost, Expandable, Foresight, ForesightError, Missed, Replayer, RowFigures, Targets,
+    smallest_budget,
 };
 use vrampool::{Config, Engine, Limit, SimulatedDevice, Trace, fmt_bytes, replay};
 
@@ -106,6 +109,29 @@ struct Row {
     /// With `--foresight`: the static plan's figures and the targets it
     /// misses against the PyTorch preset's (R, A, B; no budgets).
     foresight: Option<ForesightRow>,
+    /// PyTorch with expandable segments (virtual memory) on the same row.
+    expandable: ExpandableRow,
+}
+
+/// A row replayed through PyTorch's allocator with `expandable_segments`
+/// on simulated virtual memory (core's `trace::Expandable`).
+#[derive(Serialize)]
+struct ExpandableRow {
+    /// Its figures: bytes created are bytes of pages mapped, device
+    /// allocations `cuMemMap` calls.
+    #[serde(flatten)]
+    row: RowFigures,
+    /// Peak reserved ÷ peak live.
+    ratio: f64,
+    /// Device allocations at the smallest budget.
+    device_allocs_at_min: Option<u64>,
+    /// The targets it misses against the PyTorch preset's (`RMAB`): the
+    /// standing targets are not met by virtual memory either.
+    missed_letters: String,
+    #[serde(skip)]
+    missed: Missed,
+    /// The vrampool policy's peak reserved is at or below this one's.
+    vrampool_at_or_below: bool,
 }
 
 /// A row's static plan with foresight.
@@ -160,9 +186,23 @@ struct Summary {
     /// With `--foresight`: the rows whose static plan misses the reserved
     /// target, the allocations or the bytes target, and its mean ratio.
     foresight: Option<ForesightSummary>,
+    /// PyTorch with expandable segments on the same rows.
+    expandable: ExpandableSummary,
     /// Estimated H200 device time of the full-size rows, ms.
     device_ms_full_size: f64,
     pytorch_device_ms_full_size: f64,
+}
+
+/// The counts of PyTorch with expandable segments over all rows.
+#[derive(Serialize)]
+struct ExpandableSummary {
+    missing_reserved: usize,
+    missing_budget: Option<usize>,
+    missing_allocations: usize,
+    missing_bytes: usize,
+    mean_ratio: f64,
+    /// Rows where the vrampool policy reserves no more than it.
+    vrampool_at_or_below: usize,
 }
 
 /// The counts of the static plans over all rows.
@@ -277,6 +317,37 @@ fn figures(
     })
 }
 
+/// `t` through PyTorch with expandable segments on a device of the
+/// simulated device's memory (see [`ExpandableRow`]): its figures and, with
+/// `--min-budget`, its smallest budget.
+fn expandable_figures(t: &Trace, a: &CorpusArgs) -> (RowFigures, Option<(f64, u64)>) {
+    let run = |limit: Option<u64>| {
+        let mut vm = Expandable::new(a.capacity, limit);
+        let mut replayer = Replayer::new(t);
+        // Refusals are out-of-memory only: the replay counts them and goes on.
+        while replayer.step(&mut vm).unwrap_or(true) {}
+        (replayer.counts().ooms, vm.stats())
+    };
+    let (_, s) = run(None);
+    let min = if a.min_budget {
+        smallest_budget::<()>(t.peak_live, |limit| {
+            let (ooms, s) = run(Some(limit));
+            Ok((ooms == 0, s.device_allocs))
+        })
+        .unwrap_or(None)
+    } else {
+        None
+    };
+    let row = RowFigures {
+        peak_live: t.peak_live,
+        peak_reserved: s.peak_reserved,
+        device_allocs: s.device_allocs,
+        bytes_created: s.bytes_mapped,
+        min_budget: min.map(|m| m.0),
+    };
+    (row, min)
+}
+
 /// The size of a jitter: every distinct size moved by up to 10 %.
 const JITTER: f64 = 0.1;
 
@@ -358,6 +429,16 @@ fn row(
     } else {
         None
     };
+    let (x, x_min) = expandable_figures(&t, a);
+    let x_missed = targets.missed(&x, &p.row);
+    let expandable = ExpandableRow {
+        ratio: x.peak_reserved as f64 / x.peak_live as f64,
+        vrampool_at_or_below: v.row.peak_reserved <= x.peak_reserved,
+        row: x,
+        device_allocs_at_min: x_min.map(|m| m.1),
+        missed_letters: x_missed.to_string(),
+        missed: x_missed,
+    };
     let peak_by_first_live_peak = v.peak_reserved_at <= v.peak_live_at;
     Ok(Row {
         trace: full.name.clone(),
@@ -370,6 +451,7 @@ fn row(
         missed_letters: missed.to_string(),
         peak_by_first_live_peak,
         foresight,
+        expandable,
     })
 }
 
@@ -518,8 +600,25 @@ fn summarize(rows: &[Row], resize: &[f64], jitter: &[u64], budgets: bool) -> Sum
             .filter(|r| r.missed.reserved && r.peak_by_first_live_peak)
             .count(),
         foresight: foresight_summary(rows),
+        expandable: expandable_summary(rows, budgets),
         device_ms_full_size: full_ms(|r| r.vrampool.device_ms),
         pytorch_device_ms_full_size: full_ms(|r| r.pytorch.device_ms),
+    }
+}
+
+/// The counts of PyTorch with expandable segments over the rows.
+fn expandable_summary(rows: &[Row], budgets: bool) -> ExpandableSummary {
+    let count = |f: fn(&Missed) -> bool| rows.iter().filter(|r| f(&r.expandable.missed)).count();
+    ExpandableSummary {
+        missing_reserved: count(|m| m.reserved),
+        missing_budget: budgets.then(|| count(|m| m.budget == Some(true))),
+        missing_allocations: count(|m| m.allocations),
+        missing_bytes: count(|m| m.bytes),
+        mean_ratio: rows.iter().map(|r| r.expandable.ratio).sum::<f64>() / rows.len().max(1) as f64,
+        vrampool_at_or_below: rows
+            .iter()
+            .filter(|r| r.expandable.vrampool_at_or_below)
+            .count(),
     }
 }
 
@@ -546,7 +645,7 @@ fn print_table(
     budgets: bool,
     all: bool,
 ) -> Result<()> {
-    let budget = |f: &Figures| match (budgets, f.row.min_budget) {
+    let budget = |f: &RowFigures| match (budgets, f.min_budget) {
         (false, _) => String::new(),
         (true, Some(m)) => format!(" {m:>6.3}"),
         (true, None) => "   > 4x".to_string(),
@@ -566,17 +665,21 @@ fn print_table(
     };
     let foresight = rows.iter().any(|r| r.foresight.is_some());
     outln!(
-        "{:<18} {:>5} {:>6} {:>6} {:>10} {:>15} {:>11} {:>21} {:>19}{}{} missed",
+        "{:<18} {:>5} {:>6} {:>6} {:>10} {:>21} {:>11} {:>21} {:>19}{}{} missed",
         "trace",
         "scale",
         "resize",
         "jitter",
         "peak live",
-        "ratio / pytorch",
+        "ratio / pytorch / vm",
         "allocs / pt",
         "created / pt",
         "device ms / pt",
-        if budgets { "  min budget / pt" } else { "" },
+        if budgets {
+            "  min budget / pt / vm"
+        } else {
+            ""
+        },
         if foresight {
             "  plan: ratio segs missed"
         } else {
@@ -586,7 +689,7 @@ fn print_table(
     for r in rows.iter().filter(|r| all || r.missed.any()) {
         let (v, p) = (&r.vrampool, &r.pytorch);
         outln!(
-            "{:<18} {:>5} {:>6} {:>6} {:>10} {:>7.3} {:>7.3} {:>5} {:>5} {:>10} {:>10} {:>9.2} {:>9.2}{}{}{} {}",
+            "{:<18} {:>5} {:>6} {:>6} {:>10} {:>7.3} {:>7.3} {:>5.3} {:>5} {:>5} {:>10} {:>10} {:>9.2} {:>9.2}{}{}{}{} {}",
             r.trace,
             format!("÷{}", r.scale),
             format!("×{}", r.resize),
@@ -598,14 +701,16 @@ fn print_table(
             fmt_bytes(v.row.peak_live),
             v.ratio,
             p.ratio,
+            r.expandable.ratio,
             v.row.device_allocs,
             p.row.device_allocs,
             fmt_bytes(v.row.bytes_created),
             fmt_bytes(p.row.bytes_created),
             v.device_ms,
             p.device_ms,
-            budget(v),
-            budget(p),
+            budget(&v.row),
+            budget(&p.row),
+            budget(&r.expandable.row),
             plan(r),
             if r.missed.any() {
                 r.missed_letters.as_str()
@@ -656,6 +761,19 @@ fn print_table(
          their peak",
         s.missing_reserved,
         s.missing_reserved_by_first_live_peak
+    );
+    let x = &s.expandable;
+    outln!(
+        "PyTorch with expandable_segments (vm: virtual memory, simulated) misses R {}{}, A {}, B {}; \
+         mean ratio {:.4}; vrampool reserves no more than it on {} of {} rows",
+        x.missing_reserved,
+        x.missing_budget
+            .map_or(String::new(), |m| format!(", M {m}")),
+        x.missing_allocations,
+        x.missing_bytes,
+        x.mean_ratio,
+        x.vrampool_at_or_below,
+        s.rows
     );
     if let Some(f) = &s.foresight {
         outln!(

@@ -4,6 +4,10 @@
 //! - `vrampool`: the engine with its measured default configuration;
 //! - `pytorch`: the same engine configured as PyTorch's caching allocator
 //!   ([`Config::pytorch`]);
+//! - `expandable`: PyTorch's allocator with `expandable_segments:True` on
+//!   simulated virtual memory (core's [`Expandable`]): what a pool that
+//!   could grow its buffers in place would hold. wgpu cannot, so it runs on
+//!   the simulated device only;
 //! - `none`: no pool, one device buffer created and destroyed per request;
 //! - `size-class`: whole buffers cached by power-of-two size class, the scheme
 //!   most wgpu pools use, releasing the cache only when a request would fail.
@@ -11,7 +15,7 @@
 use std::collections::HashMap;
 
 use clap::ValueEnum;
-use vrampool::trace::ReplayTarget;
+use vrampool::trace::{Expandable, ExpandableBlock, ReplayTarget};
 use vrampool::{
     Backend, BlockId, Config, DeviceError, Engine, Error, Limit, OomInfo, Request, SegmentDesc,
     Stats,
@@ -25,6 +29,9 @@ pub enum PolicyKind {
     Vrampool,
     /// PyTorch's caching allocator scheme (512 B rounding, 2/20 MiB segments, best fit with split).
     Pytorch,
+    /// PyTorch's allocator with expandable_segments:True: one segment per
+    /// pool growing in place through virtual memory (simulated device only).
+    Expandable,
     /// Power-of-two size classes of whole buffers, cached (most wgpu pools).
     SizeClass,
     /// No pool: create_buffer and destroy for every request.
@@ -33,9 +40,10 @@ pub enum PolicyKind {
 
 impl PolicyKind {
     /// Every policy, in the order `--compare` prints them.
-    pub const ALL: [PolicyKind; 4] = [
+    pub const ALL: [PolicyKind; 5] = [
         PolicyKind::Vrampool,
         PolicyKind::Pytorch,
+        PolicyKind::Expandable,
         PolicyKind::SizeClass,
         PolicyKind::None,
     ];
@@ -45,9 +53,16 @@ impl PolicyKind {
         match self {
             PolicyKind::Vrampool => "vrampool",
             PolicyKind::Pytorch => "pytorch",
+            PolicyKind::Expandable => "expandable",
             PolicyKind::SizeClass => "size-class",
             PolicyKind::None => "none",
         }
+    }
+
+    /// Whether the policy can run on a wgpu device: `expandable` needs
+    /// virtual memory, which wgpu does not have.
+    pub fn runs_on_a_gpu(self) -> bool {
+        self != PolicyKind::Expandable
     }
 }
 
@@ -403,5 +418,42 @@ impl<B: Backend> Policy for SizeClass<B> {
         self.dev.f.cached = 0;
         self.dev.backend.flush_releases();
         released
+    }
+}
+
+/// PyTorch's allocator with `expandable_segments:True` (core's
+/// [`Expandable`]) as a policy: on a device of the simulated device's memory,
+/// under the replay's limit as PyTorch's `set_per_process_memory_fraction`.
+pub struct ExpandablePolicy(pub Expandable);
+
+impl ReplayTarget for ExpandablePolicy {
+    type Handle = ExpandableBlock;
+    fn allocate(&mut self, size: u64) -> Result<ExpandableBlock, Error> {
+        self.0.allocate(size)
+    }
+    fn free(&mut self, h: ExpandableBlock) {
+        self.0
+            .free(h)
+            .expect("the replay frees only blocks it allocated");
+    }
+}
+
+impl Policy for ExpandablePolicy {
+    fn figures(&self) -> Figures {
+        let s = self.0.stats();
+        Figures {
+            allocated: s.allocated,
+            reserved: s.reserved,
+            cached: s.reserved - s.allocated,
+            device_allocs: s.device_allocs,
+            device_frees: s.device_frees,
+            cache_hits: s.cache_hits,
+            retries: s.retries,
+            bytes_created: s.bytes_mapped,
+            bytes_released: s.bytes_unmapped,
+        }
+    }
+    fn empty_cache(&mut self) -> u64 {
+        self.0.empty_cache()
     }
 }

@@ -61,7 +61,7 @@ fn compare_on_a_real_trace_beats_the_baselines() {
             .arg(trace("resnet_train")),
     );
     let rows = v.as_array().unwrap();
-    assert_eq!(rows.len(), 4);
+    assert_eq!(rows.len(), 5);
     let by = |p: &str| rows.iter().find(|r| r["policy"] == p).expect(p);
     for r in rows {
         let rep = &r["report"];
@@ -82,6 +82,37 @@ fn compare_on_a_real_trace_beats_the_baselines() {
         assert!(f(&ours["min_budget"]) <= f(&o["min_budget"]));
         assert!(f(&ours["report"]["device_allocs"]) <= f(&o["report"]["device_allocs"]));
     }
+    // PyTorch with expandable_segments, simulated: what it gave on the H200
+    // (data/traces/pytorch_figures.json), to the byte, and its smallest
+    // budget (1.016 there).
+    let vm = by("expandable");
+    assert_eq!(f(&vm["report"]["peak_reserved"]), 3_183_476_736.0);
+    assert_eq!(f(&vm["report"]["device_allocs"]), 107.0);
+    assert!((f(&vm["min_budget"]) - 1.016).abs() <= 0.001, "{vm}");
+}
+
+#[test]
+fn the_expandable_policy_needs_the_simulated_device() {
+    // wgpu has no virtual memory: on a GPU the policy is refused by name,
+    // and --compare runs the others.
+    vrampool()
+        .args(["replay", "--policy", "expandable"])
+        .arg(trace("small_mlp"))
+        .assert()
+        .failure()
+        .stderr(predicates::str::contains("add --simulate"));
+    let v = json(
+        vrampool()
+            .args(["replay", "--compare", "--scale", "64"])
+            .arg(trace("small_mlp")),
+    );
+    let policies: Vec<&str> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["policy"].as_str().unwrap())
+        .collect();
+    assert_eq!(policies, ["vrampool", "pytorch", "size-class", "none"]);
 }
 
 #[test]
@@ -141,7 +172,8 @@ fn corpus_gives_the_figures_tables_rows_and_what_they_miss() {
     let mib = (1u64 << 20) as f64;
     let mut missing_r = 0;
     for r in rows {
-        for policy in ["vrampool", "pytorch"] {
+        // PyTorch with expandable_segments is the table's third policy.
+        for policy in ["vrampool", "pytorch", "expandable"] {
             let want = table["rows"]
                 .as_array()
                 .unwrap()
@@ -177,6 +209,14 @@ fn corpus_gives_the_figures_tables_rows_and_what_they_miss() {
     }
     assert_eq!(v["summary"]["rows"], 4);
     assert_eq!(v["summary"]["missing_reserved"], missing_r);
+    let at_or_below = rows
+        .iter()
+        .filter(|r| f(&r["vrampool"]["peak_reserved"]) <= f(&r["expandable"]["peak_reserved"]))
+        .count();
+    assert_eq!(
+        v["summary"]["expandable"]["vrampool_at_or_below"],
+        at_or_below
+    );
     // Every letter is what core's Targets make of the checked-in table's two
     // rows (the figures test holds the table to the policy, and its GAPS list
     // to these letters): the table and corpus agree row by row.

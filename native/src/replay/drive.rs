@@ -10,7 +10,11 @@ use serde::Serialize;
 use vrampool::trace::{Foresight, Replayer, Step, smallest_budget};
 use vrampool::{Backend, Config, ReplayReport, Trace};
 
-use crate::policy::{EnginePolicy, Figures, NoCache, Policy, PolicyKind, Requests, SizeClass};
+use vrampool::trace::Expandable;
+
+use crate::policy::{
+    EnginePolicy, ExpandablePolicy, Figures, NoCache, Policy, PolicyKind, Requests, SizeClass,
+};
 
 /// One point of the timeline.
 #[derive(Debug, Clone, Copy, Serialize)]
@@ -103,6 +107,19 @@ pub fn run_policy<B: Backend>(
             probe,
             no_setup,
         ),
+        PolicyKind::Expandable => {
+            // Virtual memory the size of the device's (simulated) memory.
+            let capacity = b.capacity().ok_or_else(|| {
+                anyhow!("the expandable policy needs virtual memory: run it with --simulate")
+            })?;
+            drive(
+                &mut ExpandablePolicy(Expandable::new(capacity, limit)),
+                trace,
+                bar,
+                probe,
+                no_setup,
+            )
+        }
         PolicyKind::SizeClass => drive(
             &mut SizeClass::new(b, limit, usage),
             trace,

@@ -196,8 +196,19 @@ pub fn command(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
             );
         }
     }
+    let on_gpu = matches!(target, Target::Gpu { .. });
+    if on_gpu && !a.compare && !a.policy.runs_on_a_gpu() {
+        bail!(
+            "--policy {} simulates PyTorch's expandable_segments, which grow their memory in place              through CUDA's virtual memory; wgpu has none: add --simulate",
+            a.policy.name()
+        );
+    }
+    // On a GPU, --compare runs the policies wgpu can run.
     let policies: Vec<PolicyKind> = if a.compare {
-        PolicyKind::ALL.to_vec()
+        PolicyKind::ALL
+            .into_iter()
+            .filter(|k| !on_gpu || k.runs_on_a_gpu())
+            .collect()
     } else {
         vec![a.policy]
     };
