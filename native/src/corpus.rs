@@ -18,8 +18,8 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use serde::Serialize;
 use vrampool::trace::{
-    DeviceCost, Expandable, Foresight, ForesightError, Missed, Replayer, RowFigures, Targets,
-    smallest_budget,
+    DeviceCost, Expandable, ExpandableStats, Foresight, ForesightError, Missed, Replayer,
+    RowFigures, Targets, smallest_budget,
 };
 use vrampool::{Config, Engine, Limit, SimulatedDevice, Trace, fmt_bytes, replay};
 
@@ -132,6 +132,11 @@ struct ExpandableRow {
     missed: Missed,
     /// The vrampool policy's peak reserved is at or below this one's.
     vrampool_at_or_below: bool,
+    /// Bytes of the requests it served from free blocks with no limit, and
+    /// of those whose block lies across two page ranges mapped apart (what
+    /// fixed-size buffers could not have reused).
+    reused_bytes: u64,
+    reused_across_maps: u64,
 }
 
 /// A row's static plan with foresight.
@@ -320,7 +325,10 @@ fn figures(
 /// `t` through PyTorch with expandable segments on a device of the
 /// simulated device's memory (see [`ExpandableRow`]): its figures and, with
 /// `--min-budget`, its smallest budget.
-fn expandable_figures(t: &Trace, a: &CorpusArgs) -> (RowFigures, Option<(f64, u64)>) {
+fn expandable_figures(
+    t: &Trace,
+    a: &CorpusArgs,
+) -> (RowFigures, Option<(f64, u64)>, ExpandableStats) {
     let run = |limit: Option<u64>| {
         let mut vm = Expandable::new(a.capacity, limit);
         let mut replayer = Replayer::new(t);
@@ -345,7 +353,7 @@ fn expandable_figures(t: &Trace, a: &CorpusArgs) -> (RowFigures, Option<(f64, u6
         bytes_created: s.bytes_mapped,
         min_budget: min.map(|m| m.0),
     };
-    (row, min)
+    (row, min, s)
 }
 
 /// The size of a jitter: every distinct size moved by up to 10 %.
@@ -429,7 +437,7 @@ fn row(
     } else {
         None
     };
-    let (x, x_min) = expandable_figures(&t, a);
+    let (x, x_min, x_stats) = expandable_figures(&t, a);
     let x_missed = targets.missed(&x, &p.row);
     let expandable = ExpandableRow {
         ratio: x.peak_reserved as f64 / x.peak_live as f64,
@@ -438,6 +446,8 @@ fn row(
         device_allocs_at_min: x_min.map(|m| m.1),
         missed_letters: x_missed.to_string(),
         missed: x_missed,
+        reused_bytes: x_stats.reused_bytes,
+        reused_across_maps: x_stats.reused_across_maps,
     };
     let peak_by_first_live_peak = v.peak_reserved_at <= v.peak_live_at;
     Ok(Row {

@@ -25,16 +25,20 @@
 //! else the request rounded to 2 MiB) would pass it; then every whole free
 //! page is unmapped (`release_cached_blocks`) and the miss tried once more.
 //! Device allocations are `cuMemMap` calls (`num_device_alloc`). Replayed on
-//! the traces of `data/traces`, it gives the peak reserved bytes, device
-//! allocations, smallest budgets and the device allocations at them that
-//! PyTorch gave on the H200 (`data/traces/pytorch_figures.json`), to the
-//! byte, on every trace (`tests/tests/expandable.rs`).
+//! the traces of `data/traces` at full size, ÷16 and ÷64, it gives the peak
+//! reserved bytes and device allocations PyTorch gave on the H200 with no
+//! limit, and at every budget of PyTorch's scans the same outcome with the
+//! same device allocations (`data/traces/pytorch_figures*.json`), to the
+//! byte (`tests/tests/expandable.rs`). One segment per pool: where PyTorch
+//! would reserve a second range of addresses, this reports an out-of-memory
+//! (see [`Expandable::new`]).
 //!
 //! Architecture invariant: like the replay loop and [`Foresight`](super::Foresight),
 //! this knows nothing of engines or devices; it is driven as a
 //! [`ReplayTarget`] and reports its own figures.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 
@@ -46,12 +50,19 @@ const ROUNDING: u64 = 512;
 /// PyTorch's `kSmallSize`: requests up to it go to the small pool.
 const SMALL_REQUEST: u64 = 1 << 20;
 
-/// A block handed out by [`Expandable::allocate`].
+/// A block handed out by [`Expandable::allocate`]. Every allocation of every
+/// [`Expandable`] gets a handle of its own: a block freed twice, or a
+/// handle of another allocator, is an error, even where a later block took
+/// the same address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ExpandableBlock {
     large: bool,
     address: u64,
+    id: u64,
 }
+
+/// The id of the next allocation, over every [`Expandable`] of the process.
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 /// The figures of an [`Expandable`] allocator, as PyTorch's `memory_stats()`
 /// would give them.
@@ -75,14 +86,23 @@ pub struct ExpandableStats {
     pub bytes_unmapped: u64,
     /// Requests served from free blocks, with no page mapped.
     pub cache_hits: u64,
-    /// Requests that unmapped the free pages under the limit and tried again.
+    /// Bytes of the requests served from free blocks.
+    pub reused_bytes: u64,
+    /// Of those, bytes of the requests whose block lies across the boundary
+    /// between two page ranges mapped apart: reuse that a pool of
+    /// fixed-size buffers could not have made without a new buffer (a
+    /// binding lies inside one buffer), since the two ranges would be two.
+    pub reused_across_maps: u64,
+    /// Requests no page could serve (under the limit, on the device) that
+    /// had every cached page unmapped first (PyTorch's `num_alloc_retries`).
     pub retries: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
     Free,
-    Used,
+    /// In use by the allocation of this id.
+    Used(u64),
     Unmapped,
 }
 
@@ -91,6 +111,9 @@ enum State {
 #[derive(Debug, Clone)]
 struct Segment {
     page: u64,
+    /// Where page ranges mapped apart meet (each map's start and, after an
+    /// unmap, both ends of the hole).
+    seams: BTreeSet<u64>,
     /// Offset → (size, state); the blocks tile the whole range.
     blocks: BTreeMap<u64, (u64, State)>,
     /// Free mapped blocks by (size, offset): best fit.
@@ -101,9 +124,11 @@ struct Segment {
 
 impl Segment {
     fn new(page: u64, addresses: u64) -> Segment {
-        let size = addresses.div_ceil(page).max(1) * page;
+        // Whole pages, at least one, and no more than a u64 of addresses holds.
+        let size = addresses.div_ceil(page).clamp(1, u64::MAX / page) * page;
         Segment {
             page,
+            seams: BTreeSet::new(),
             blocks: BTreeMap::from([(0, (size, State::Unmapped))]),
             free: BTreeSet::new(),
             unmapped: BTreeSet::from([0]),
@@ -126,7 +151,7 @@ impl Segment {
         match state {
             State::Free => self.free.insert((size, at)),
             State::Unmapped => self.unmapped.insert(at),
-            State::Used => true,
+            State::Used(_) => true,
         };
     }
 
@@ -135,7 +160,7 @@ impl Segment {
         match state {
             State::Free => self.free.remove(&(size, at)),
             State::Unmapped => self.unmapped.remove(&at),
-            State::Used => true,
+            State::Used(_) => true,
         };
         (size, state)
     }
@@ -189,17 +214,18 @@ impl Segment {
         Some(best.1)
     }
 
-    /// Hands out `rounded` bytes of the free block at `at`, splitting off
-    /// the rest when at least 512 bytes remain; returns the bytes allocated.
-    fn allocate_in(&mut self, at: u64, rounded: u64) -> u64 {
+    /// Hands out `rounded` bytes of the free block at `at` to allocation
+    /// `id`, splitting off the rest when at least 512 bytes remain; returns
+    /// the bytes allocated.
+    fn allocate_in(&mut self, at: u64, rounded: u64, id: u64) -> u64 {
         let (size, state) = self.take(at);
         debug_assert!(state == State::Free && size >= rounded);
         if size - rounded >= ROUNDING {
-            self.put(at, rounded, State::Used);
+            self.put(at, rounded, State::Used(id));
             self.put(at + rounded, size - rounded, State::Free);
             rounded
         } else {
-            self.put(at, size, State::Used);
+            self.put(at, size, State::Used(id));
             size
         }
     }
@@ -217,6 +243,7 @@ impl Segment {
             while bytes < rounded {
                 match self.block(at) {
                     Some((s, State::Free | State::Unmapped)) => {
+                        debug_assert!(s > 0, "blocks are never empty");
                         bytes += s;
                         at += s;
                     }
@@ -248,7 +275,7 @@ impl Segment {
                         break;
                     }
                 }
-                State::Used => break,
+                State::Used(_) => break,
             }
             at += size;
         }
@@ -258,6 +285,8 @@ impl Segment {
     /// Maps `bytes` at the start of the unmapped block at `at` and joins them
     /// with the free blocks around.
     fn map(&mut self, at: u64, bytes: u64) {
+        self.seams.insert(at);
+        self.seams.insert(at + bytes);
         let (size, state) = self.take(at);
         debug_assert_eq!(state, State::Unmapped);
         if bytes < size {
@@ -287,6 +316,12 @@ impl Segment {
             }
             self.put(begin, end - begin, State::Unmapped);
             self.merge(begin);
+            // What is mapped there next is a range of its own.
+            let inside: Vec<u64> = self.seams.range(begin + 1..end).copied().collect();
+            for seam in inside {
+                self.seams.remove(&seam);
+            }
+            self.seams.extend([begin, end]);
             ranges += 1;
             bytes += end - begin;
         }
@@ -313,6 +348,8 @@ impl Segment {
 /// let c = vm.allocate(60 * mib)?;
 /// assert_eq!(vm.stats().peak_reserved, 60 * mib);
 /// assert_eq!(vm.stats().device_allocs, 2);
+/// // c lies across the two page ranges mapped for a and b.
+/// assert_eq!(vm.stats().reused_across_maps, 60 * mib);
 /// vm.free(c)?;
 /// assert_eq!(vm.empty_cache(), 60 * mib);
 /// # Ok::<(), vrampool::Error>(())
@@ -333,9 +370,21 @@ impl Expandable {
     pub const LARGE_PAGE: u64 = 20 << 20;
 
     /// An empty allocator on a device of `capacity` bytes (the total
-    /// `cudaMemGetInfo` gives; each pool reserves 1⅛ × it of addresses, and
-    /// no more than it can be mapped), refusing to map more than `limit`
-    /// bytes (`set_per_process_memory_fraction(limit / capacity)`).
+    /// `cudaMemGetInfo` gives: no more than it is ever mapped, and each pool
+    /// reserves 1⅛ × it of addresses), under PyTorch's limit of `limit`
+    /// bytes (`set_per_process_memory_fraction(limit / capacity)`). That
+    /// limit is PyTorch's, not a hard cap: a miss fails when the bytes
+    /// mapped plus the request's allocation size (2 MiB, 20 MiB under
+    /// 10 MiB, else the request rounded up to 2 MiB) would pass it, and
+    /// whole pages are then mapped, so what is mapped can pass the limit by
+    /// less than a page.
+    ///
+    /// One segment per pool, as PyTorch makes while its first range of
+    /// addresses has room. Where PyTorch would reserve a second range (a
+    /// request the device's memory holds but no run of free and unmapped
+    /// addresses of the first does, which takes a range cut up by pages
+    /// unmapped in the middle), this reports an out-of-memory instead; no
+    /// replay of the traces comes near it.
     pub fn new(capacity: u64, limit: Option<u64>) -> Expandable {
         let addresses = capacity.saturating_add(capacity / 8);
         Expandable {
@@ -361,7 +410,7 @@ impl Expandable {
         } else if rounded < 10 << 20 {
             Self::LARGE_PAGE
         } else {
-            rounded.div_ceil(ROUND_LARGE) * ROUND_LARGE
+            rounded.div_ceil(ROUND_LARGE).saturating_mul(ROUND_LARGE)
         }
     }
 
@@ -374,18 +423,34 @@ impl Expandable {
     }
 
     /// Allocates `size` bytes: a free block if one holds it, else pages
-    /// mapped onto the end of its pool's segment.
+    /// mapped at the lowest run of free and unmapped addresses that holds
+    /// it (the end of its pool's segment, unless pages were unmapped before
+    /// it). A request no page could serve, under the limit or on the
+    /// device, first has every cached page unmapped, as in PyTorch.
     pub fn allocate(&mut self, size: u64) -> Result<ExpandableBlock, Error> {
         if size == 0 {
             return Err(Error::ZeroSize);
         }
-        if size > self.capacity {
+        let Some(rounded) = size.checked_next_multiple_of(ROUNDING) else {
+            // No device holds it: PyTorch's last step, then the error.
+            self.stats.retries += 1;
+            self.empty_cache();
             return Err(self.oom(size, true));
-        }
-        let rounded = size.next_multiple_of(ROUNDING);
+        };
         let large = rounded > SMALL_REQUEST;
         if let Some(at) = self.segment(large).best_fit(rounded) {
-            self.stats.cache_hits += 1;
+            let across = self
+                .segment(large)
+                .seams
+                .range(at + 1..at + rounded)
+                .next()
+                .is_some();
+            let s = &mut self.stats;
+            s.cache_hits += 1;
+            s.reused_bytes += rounded;
+            if across {
+                s.reused_across_maps += rounded;
+            }
             return Ok(self.hand_out(large, at, rounded));
         }
         let mut planned = self.plan_maps(large, rounded);
@@ -443,11 +508,16 @@ impl Expandable {
     }
 
     fn hand_out(&mut self, large: bool, at: u64, rounded: u64) -> ExpandableBlock {
-        let bytes = self.segment(large).allocate_in(at, rounded);
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        let bytes = self.segment(large).allocate_in(at, rounded, id);
         let s = &mut self.stats;
         s.allocated += bytes;
         s.peak_allocated = s.peak_allocated.max(s.allocated);
-        ExpandableBlock { large, address: at }
+        ExpandableBlock {
+            large,
+            address: at,
+            id,
+        }
     }
 
     fn oom(&self, size: u64, device_refused: bool) -> Error {
@@ -462,11 +532,13 @@ impl Expandable {
         })
     }
 
-    /// Frees a block: it joins its free neighbours; no page is unmapped.
+    /// Frees a block: it joins its free neighbours; no page is unmapped. A
+    /// block already freed, or another allocator's, is an error that
+    /// changes nothing.
     pub fn free(&mut self, block: ExpandableBlock) -> Result<(), Error> {
         let seg = self.segment(block.large);
         match seg.block(block.address) {
-            Some((size, State::Used)) => {
+            Some((size, State::Used(id))) if id == block.id => {
                 seg.take(block.address);
                 seg.put(block.address, size, State::Free);
                 seg.merge(block.address);
@@ -474,7 +546,8 @@ impl Expandable {
                 Ok(())
             }
             _ => Err(Error::UnknownBlock(format!(
-                "{} pool, offset {:#x}",
+                "allocation {} ({} pool, offset {:#x})",
+                block.id,
                 if block.large { "large" } else { "small" },
                 block.address
             ))),

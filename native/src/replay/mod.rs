@@ -164,6 +164,13 @@ pub fn command(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
              --budget and --min-budget"
         );
     }
+    if !c.simulate && !a.compare && !a.policy.runs_on_a_gpu() {
+        bail!(
+            "--policy {} simulates PyTorch's expandable_segments, which grow their memory in \
+             place through CUDA's virtual memory; wgpu has none: add --simulate",
+            a.policy.name()
+        );
+    }
     let budget = a.budget.as_deref().map(parse_budget).transpose()?;
     let mut traces = Vec::new();
     for path in &a.traces {
@@ -197,12 +204,6 @@ pub fn command(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
         }
     }
     let on_gpu = matches!(target, Target::Gpu { .. });
-    if on_gpu && !a.compare && !a.policy.runs_on_a_gpu() {
-        bail!(
-            "--policy {} simulates PyTorch's expandable_segments, which grow their memory in place              through CUDA's virtual memory; wgpu has none: add --simulate",
-            a.policy.name()
-        );
-    }
     // On a GPU, --compare runs the policies wgpu can run.
     let policies: Vec<PolicyKind> = if a.compare {
         PolicyKind::ALL
@@ -439,7 +440,9 @@ fn print_replay(
                     // The vrampool policy's --set changes from the default.
                     "set": (r.policy == PolicyKind::Vrampool).then_some(set),
                     "report": r.outcome.report,
-                    "estimated_device_ms": DeviceCost::H200_VULKAN.of_replay(&r.outcome.report),
+                    // The cost model is wgpu's buffer creation; mapping pages is another cost.
+                    "estimated_device_ms": r.policy.runs_on_a_gpu()
+                        .then(|| DeviceCost::H200_VULKAN.of_replay(&r.outcome.report)),
                     "released_by_empty_cache": r.outcome.released_at_end,
                     "min_budget": r.min_budget.map(|m| m.0),
                     "device_allocs_at_min_budget": r.min_budget.map(|m| m.1),
@@ -475,7 +478,7 @@ fn print_replay(
         let (trace, kind, limit, m) = (&row.trace, row.policy, row.limit, row.min_budget);
         let r = &row.outcome.report;
         outln!(
-            "{:<14} {:<10} {:>10} {:>10} {:>10} {:>6.3} {:>9} {:>8} {:>10} {:>7.1}ms {:>7.1}% {:>5} {:>8.0} {:>10} {:>8}",
+            "{:<14} {:<10} {:>10} {:>10} {:>10} {:>6.3} {:>9} {:>8} {:>10} {:>9} {:>7.1}% {:>5} {:>8.0} {:>10} {:>8}",
             trace,
             kind.name(),
             limit.map_or("none".into(), fmt_bytes),
@@ -485,7 +488,11 @@ fn print_replay(
             r.device_allocs,
             r.device_frees,
             fmt_bytes(r.segment_bytes_created),
-            DeviceCost::H200_VULKAN.of_replay(r),
+            if kind.runs_on_a_gpu() {
+                format!("{:.1}ms", DeviceCost::H200_VULKAN.of_replay(r))
+            } else {
+                "-".into()
+            },
             100.0 * r.cache_hits as f64 / r.allocs.max(1) as f64,
             r.ooms,
             r.ns_per_op,
