@@ -111,40 +111,73 @@ fn measure() -> Vec<Row> {
     };
     let tuned = traces("data/traces").into_iter().map(|p| (p, false));
     let held_out = traces("data/traces/heldout").into_iter().map(|p| (p, true));
-    let mut rows = Vec::new();
+    // Every (trace, scale, policy) row, in the table's order; the rows are
+    // measured on every core (CI's two), each independent of the others.
+    let mut jobs = Vec::new();
     for (path, held_out) in tuned.chain(held_out) {
         let full = Trace::open(&path).unwrap();
         for scale in SCALES {
-            let t = if scale > 1 {
+            let t = std::sync::Arc::new(if scale > 1 {
                 full.scaled(scale)
             } else {
                 full.clone()
-            };
+            });
             for policy in POLICIES {
-                let (ooms, peak_reserved, device_allocs, bytes_created) = run(&t, policy, None);
-                assert_eq!(ooms, 0, "{} ÷{scale} {policy}", t.name);
-                let min = smallest_budget::<()>(t.peak_live, |limit| {
-                    let (ooms, _, allocs, _) = run(&t, policy, Some(limit));
-                    Ok((ooms == 0, allocs))
-                })
-                .unwrap();
-                rows.push(Row {
-                    trace: t.name.clone(),
-                    scale,
-                    policy: policy.to_string(),
-                    held_out,
-                    peak_live: t.peak_live,
-                    peak_reserved,
-                    ratio: (peak_reserved as f64 / t.peak_live as f64 * 1000.0).round() / 1000.0,
-                    device_allocs,
-                    bytes_created,
-                    min_budget: min.map(|m| m.0),
-                    device_allocs_at_min: min.map(|m| m.1),
-                });
+                jobs.push((t.clone(), scale, policy, held_out));
             }
         }
     }
-    rows
+    // The longest traces first, so no core is left with one at the end.
+    let mut order: Vec<usize> = (0..jobs.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(jobs[i].0.events.len()));
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let done = std::sync::Mutex::new(vec![None; jobs.len()]);
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+    std::thread::scope(|s| {
+        for _ in 0..workers.min(jobs.len()) {
+            s.spawn(|| {
+                loop {
+                    let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(&i) = order.get(k) else {
+                        break;
+                    };
+                    let (t, scale, policy, held_out) = &jobs[i];
+                    let row = measure_row(t, *scale, policy, *held_out);
+                    done.lock().unwrap()[i] = Some(row);
+                }
+            });
+        }
+    });
+    done.into_inner()
+        .unwrap()
+        .into_iter()
+        .map(|r| r.expect("every row measured"))
+        .collect()
+}
+
+/// One row: `t` (at `scale`) under `policy`, with no limit and at its
+/// smallest budget.
+fn measure_row(t: &Trace, scale: u64, policy: &str, held_out: bool) -> Row {
+    let (ooms, peak_reserved, device_allocs, bytes_created) = run(t, policy, None);
+    assert_eq!(ooms, 0, "{} ÷{scale} {policy}", t.name);
+    let min = smallest_budget::<()>(t.peak_live, |limit| {
+        let (ooms, _, allocs, _) = run(t, policy, Some(limit));
+        Ok((ooms == 0, allocs))
+    })
+    .unwrap();
+    Row {
+        trace: t.name.clone(),
+        scale,
+        policy: policy.to_string(),
+        held_out,
+        peak_live: t.peak_live,
+        peak_reserved,
+        ratio: (peak_reserved as f64 / t.peak_live as f64 * 1000.0).round() / 1000.0,
+        device_allocs,
+        bytes_created,
+        min_budget: min.map(|m| m.0),
+        device_allocs_at_min: min.map(|m| m.1),
+    }
 }
 
 /// BENCHMARKS.md's figures block, rendered from the table.
