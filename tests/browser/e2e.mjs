@@ -83,12 +83,13 @@ try {
   // The `#compare-table` rows, by policy.
   const compareRows = async () => Object.fromEntries(await page.locator('#compare-table tbody tr')
     .evaluateAll((rs) => rs.map((r) => [r.dataset.policy, { ...r.dataset }])));
-  // Checks the table's figures for both policies equal `vrampool replay
-  // --simulate --compare --json` of the same file on the same device.
+  // Checks the table's figures for both policies, and PyTorch with
+  // expandable_segments beside them, equal `vrampool replay --simulate
+  // --compare --json` of the same file on the same device.
   const checkCompareTable = async (file, what) => {
     const rows = await compareRows();
     const native = harnessJson(['--compare', ...simDevice, file]);
-    for (const policy of ['vrampool', 'pytorch']) {
+    for (const policy of ['vrampool', 'pytorch', 'expandable']) {
       const r = native.find((n) => n.policy === policy).report;
       const got = rows[policy];
       const want = {
@@ -254,17 +255,17 @@ try {
   await page.click('#compare-budget');
   await waitFor('the smallest budgets', async () => {
     const r = await compareRows();
-    return r.vrampool.minBudget !== '' && r.pytorch.minBudget !== '';
+    return r.vrampool.minBudget !== '' && r.pytorch.minBudget !== '' && r.expandable.minBudget !== '';
   }, 120_000);
   {
     const r = await compareRows();
     const native = harnessJson(['--compare', '--min-budget', ...simDevice, sample]);
-    for (const policy of ['vrampool', 'pytorch']) {
+    for (const policy of ['vrampool', 'pytorch', 'expandable']) {
       const n = native.find((x) => x.policy === policy);
       assert.equal(Number(r[policy].minBudget), n.min_budget, `${policy} smallest budget`);
       assert.equal(Number(r[policy].minBudgetAllocs), n.device_allocs_at_min_budget, `${policy} device allocations at it`);
     }
-    step(`smallest budgets: vrampool ${r.vrampool.minBudget} × (${r.vrampool.minBudgetAllocs} device allocations), pytorch ${r.pytorch.minBudget} × (${r.pytorch.minBudgetAllocs})`);
+    step(`smallest budgets: vrampool ${r.vrampool.minBudget} × (${r.vrampool.minBudgetAllocs} device allocations), pytorch ${r.pytorch.minBudget} × (${r.pytorch.minBudgetAllocs}), expandable ${r.expandable.minBudget} × (${r.expandable.minBudgetAllocs})`);
   }
 
   // Scrubbing back: the maps and figures at event 4000 are those of the

@@ -3,7 +3,8 @@
 //! PyTorch preset, each on a simulated device like the page's, by its own
 //! task; both reserved lines and the live line on one chart with a hover
 //! readout, the figures the harness's `replay --compare` prints in
-//! `#compare-table` (the smallest budgets on request), and `#scrub`, which
+//! `#compare-table` (PyTorch with `expandable_segments` added once the
+//! replay is over; the smallest budgets on request), and `#scrub`, which
 //! takes both segment maps and the figures back to any event.
 
 use leptos::prelude::*;
@@ -18,7 +19,7 @@ use super::segments::{SegmentLegend, segment_bars};
 use crate::model::axes::{Tick, byte_ticks, event_ticks, grouped};
 use crate::model::{
     Compare, LaneFigures, ModelCell, Moment, POLICIES, SAMPLES, SeriesPoint, SimDevice,
-    smallest_budget_of,
+    expandable_budget, smallest_budget_of,
 };
 
 /// Events taken at most per tick (a long trace at a high speed falls behind
@@ -46,6 +47,10 @@ pub struct CompareView {
     pub figures: [LaneFigures; 2],
     /// Each policy's smallest budget, once found.
     pub budgets: [Option<Option<(f64, u64)>>; 2],
+    /// PyTorch with `expandable_segments` on the whole trace, once done,
+    /// and its smallest budget, once found.
+    pub expandable: Option<LaneFigures>,
+    pub expandable_budget: Option<Option<(f64, u64)>>,
     /// The chart's points.
     pub series: Vec<SeriesPoint>,
     /// Events per chart point.
@@ -66,6 +71,8 @@ impl CompareView {
             done: c.result().is_some(),
             figures: c.figures(),
             budgets: c.budgets,
+            expandable: c.expandable(),
+            expandable_budget: c.expandable_budget,
             series: c.series().points(),
             every: c.series().every(),
             millis: c.millis(),
@@ -205,9 +212,23 @@ async fn find_budgets(page: Page, id: u64, busy: RwSignal<bool>) {
             }
             Err(e) => {
                 page.fail(format!("cannot bisect a budget: {e}"));
-                break;
+                busy.set(false);
+                return;
             }
         }
+    }
+    // PyTorch with expandable_segments, the yardstick beside them.
+    sleep(std::time::Duration::ZERO).await;
+    if let Some((trace, device)) = page
+        .with_compare(|c| (c.id() == id).then(|| (c.trace().clone(), c.device())))
+        .flatten()
+    {
+        let b = expandable_budget(&trace, device);
+        page.with_compare(|c| {
+            if c.id() == id {
+                c.expandable_budget = Some(b);
+            }
+        });
     }
     busy.set(false);
 }
@@ -307,7 +328,7 @@ pub fn ComparePanel() -> impl IntoView {
                 <button id="compare-budget" on:click=budgets>
                     {move || if bisecting.get() { "finding the smallest budgets…" } else { "find the smallest budgets" }}
                 </button>
-                <span class="hint">"Both run on a simulated 4 GiB device with WebGPU's 256 MiB largest buffer, as "<code>"vrampool replay --simulate --compare"</code>" does."</span>
+                <span class="hint">"Both run on a simulated 4 GiB device with WebGPU's 256 MiB largest buffer, as "<code>"vrampool replay --simulate --compare"</code>" does; once the replay is over, the table adds PyTorch with expandable_segments on the same trace: what virtual memory, which WebGPU lacks, would hold."</span>
             </div>
             <p id="compare-summary" class="summary">{move || view.with(CompareView::summary)}</p>
             <Show when=move || view.with(|v| v.id != 0)>
@@ -425,7 +446,11 @@ fn row(
             data-min-budget=budget.map(|b| b.map_or("none".to_string(), |b| b.0.to_string())).unwrap_or_default()
             data-min-budget-allocs=budget.flatten().map(|b| b.1.to_string()).unwrap_or_default()
         >
-            <td>{if name == "vrampool" { "vrampool" } else { "PyTorch's scheme (Config::pytorch)" }}</td>
+            <td>{match name {
+                "vrampool" => "vrampool",
+                "pytorch" => "PyTorch's scheme (Config::pytorch)",
+                _ => "PyTorch with expandable_segments: virtual memory, which WebGPU lacks (simulated; once the replay is over)",
+            }}</td>
             <td>{fmt_bytes(f.peak_live)}</td>
             <td>{fmt_bytes(f.peak_reserved)}</td>
             <td>{format!("{:.3}", f.ratio())}</td>
@@ -445,7 +470,9 @@ fn row(
 fn CompareTable() -> impl IntoView {
     let view = expect_context::<Page>().compare_view;
     // The table changes with the figures, not with every chart point.
-    let rows = Memo::new(move |_| view.with(|v| (v.figures, v.budgets)));
+    let rows = Memo::new(move |_| {
+        view.with(|v| (v.figures, v.budgets, v.expandable, v.expandable_budget))
+    });
     view! {
         <table id="compare-table"
                data-id=move || view.with(|v| v.id.to_string())
@@ -459,7 +486,11 @@ fn CompareTable() -> impl IntoView {
                 <th>"OOMs"</th><th>"smallest budget (× peak live)"</th><th>"device allocations at it"</th>
             </tr></thead>
             <tbody>
-                {move || rows.with(|(f, b)| (row("vrampool", f[0], b[0]), row("pytorch", f[1], b[1])))}
+                {move || rows.with(|(f, b, x, xb)| (
+                    row("vrampool", f[0], b[0]),
+                    row("pytorch", f[1], b[1]),
+                    x.map(|x| row("expandable", x, *xb)),
+                ))}
             </tbody>
         </table>
     }

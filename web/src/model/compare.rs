@@ -1,12 +1,15 @@
 //! The side-by-side replay: a [`Lockstep`] of both policies paced to a speed,
 //! the chart's series (bounded: intervals merge as the replay grows), the
-//! figures the harness's `replay --compare` prints, the smallest budgets on
-//! request, and scrubbing: the state at any event, re-simulated exactly
-//! from a cursor that only moves forward unless asked for an earlier event.
+//! figures the harness's `replay --compare` prints — with, once the replay
+//! is over, PyTorch's allocator with `expandable_segments` on the same trace
+//! (core's `trace::Expandable`: what virtual memory, which WebGPU lacks,
+//! would hold) — the smallest budgets on request, and scrubbing: the state
+//! at any event, re-simulated exactly from a cursor that only moves forward
+//! unless asked for an earlier event.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use vrampool::trace::smallest_budget;
+use vrampool::trace::{Expandable, Replayer, smallest_budget};
 use vrampool::{Config, Error, Limit, Trace, replay};
 
 use super::lockstep::{LaneFigures, Lockstep, POLICIES, Policy, SimDevice, TENSOR_USAGE};
@@ -137,6 +140,11 @@ pub struct Compare {
     /// The smallest budget (× peak live) of each policy and its device
     /// allocations, once asked for (`None` inside: even 4 × fails).
     pub budgets: [Option<Option<(f64, u64)>>; 2],
+    /// PyTorch with `expandable_segments` on the whole trace, once every
+    /// event was taken (a yardstick: not paced, not in the lockstep).
+    expandable: Option<LaneFigures>,
+    /// Its smallest budget, found with the others.
+    pub expandable_budget: Option<Option<(f64, u64)>>,
     /// The scrubber's own replay, moved to whatever event it is asked for.
     cursor: Option<Lockstep>,
     /// What holds memory at the trace's peak.
@@ -160,6 +168,8 @@ impl Compare {
             result: None,
             last: None,
             budgets: [None, None],
+            expandable: None,
+            expandable_budget: None,
             cursor: None,
             peak,
         })
@@ -193,6 +203,12 @@ impl Compare {
     /// The figures at the end, once every event was taken.
     pub fn result(&self) -> Option<[LaneFigures; 2]> {
         self.result
+    }
+
+    /// PyTorch with `expandable_segments` on the same trace and device,
+    /// once every event was taken (see [`expandable_figures`]).
+    pub fn expandable(&self) -> Option<LaneFigures> {
+        self.expandable
     }
 
     /// The chart's series.
@@ -254,6 +270,9 @@ impl Compare {
     fn finish(&mut self) {
         self.millis = self.wall.map(|w| w.elapsed().as_millis() as u64);
         self.last = Some(Moment::of(&self.run, usize::MAX));
+        if self.run.is_done() {
+            self.expandable = Some(expandable_figures(self.trace(), self.device, None).0);
+        }
         self.result = Some(self.run.finish());
     }
 
@@ -313,6 +332,45 @@ pub fn smallest_budget_of(
         let r = replay(&mut engine, trace, TENSOR_USAGE);
         Ok((r.ooms == 0, r.device_allocs))
     })
+}
+
+/// `trace` through PyTorch's allocator with `expandable_segments` (core's
+/// `trace::Expandable`) on a device of `device`'s memory under `limit`: its
+/// figures at the end, in the harness's words (device allocations are page
+/// ranges mapped), and whether it ran out of memory.
+pub fn expandable_figures(
+    trace: &Trace,
+    device: SimDevice,
+    limit: Option<u64>,
+) -> (LaneFigures, bool) {
+    let mut vm = Expandable::new(device.capacity, limit);
+    let mut replayer = Replayer::new(trace);
+    // Refusals are out-of-memory only: the replay counts them and goes on.
+    while replayer.step(&mut vm).unwrap_or(true) {}
+    let (s, counts) = (vm.stats(), replayer.counts());
+    let figures = LaneFigures {
+        peak_live: trace.peak_live,
+        allocated: s.allocated,
+        reserved: s.reserved,
+        peak_reserved: s.peak_reserved,
+        device_allocs: s.device_allocs,
+        device_frees: s.device_frees,
+        cache_hits: s.cache_hits,
+        allocs: counts.allocs,
+        ooms: counts.ooms,
+    };
+    (figures, counts.ooms > 0)
+}
+
+/// The smallest budget of PyTorch with `expandable_segments` on `trace`
+/// (see [`smallest_budget_of`]; its limit is PyTorch's, checked on each
+/// miss's allocation size).
+pub fn expandable_budget(trace: &Trace, device: SimDevice) -> Option<(f64, u64)> {
+    smallest_budget::<()>(trace.peak_live, |limit| {
+        let (f, oom) = expandable_figures(trace, device, Some(limit));
+        Ok((!oom, f.device_allocs))
+    })
+    .unwrap_or(None)
 }
 
 /// Both policies' smallest budgets (see [`smallest_budget_of`]).
@@ -378,6 +436,41 @@ mod tests {
                 Some(lane.peak_reserved)
             );
         }
+    }
+
+    #[test]
+    fn a_finished_compare_has_virtual_memory_beside_it_and_a_stopped_one_not() {
+        let trace = sample("gpt_train");
+        let mut c = Compare::new(trace.clone(), SimDevice::PAGE, 1e9).unwrap();
+        c.advance(1000);
+        c.stop();
+        assert_eq!(c.expandable(), None, "stopped: not the whole trace");
+        let mut c = Compare::new(trace.clone(), SimDevice::PAGE, 1e9).unwrap();
+        while c.advance(5000) {}
+        let x = c.expandable().expect("the whole trace was taken");
+        // Core's Expandable on the page's device, replayed here by hand.
+        let mut vm = Expandable::new(SimDevice::PAGE.capacity, None);
+        let mut live = std::collections::HashMap::new();
+        for e in &trace.events {
+            match e.action {
+                vrampool::trace::Action::Allocate => {
+                    live.insert(e.pointer, vm.allocate(e.size).unwrap());
+                }
+                vrampool::trace::Action::Free => vm.free(live.remove(&e.pointer).unwrap()).unwrap(),
+            }
+        }
+        let s = vm.stats();
+        assert_eq!(
+            (x.peak_reserved, x.device_allocs, x.cache_hits, x.ooms),
+            (s.peak_reserved, s.device_allocs, s.cache_hits, 0)
+        );
+        assert_eq!(x.peak_live, trace.peak_live);
+        // Its smallest budget fits, and the step below does not.
+        let (min, allocs) = expandable_budget(&trace, SimDevice::PAGE).expect("within 4 ×");
+        let at = |x: f64| (trace.peak_live as f64 * x).ceil() as u64;
+        let (f, oom) = expandable_figures(&trace, SimDevice::PAGE, Some(at(min)));
+        assert!(!oom && f.device_allocs == allocs, "{min}");
+        assert!(expandable_figures(&trace, SimDevice::PAGE, Some(at(min - 0.002))).1);
     }
 
     #[test]

@@ -29,7 +29,8 @@ pub use backing::{
     allocate_and_free_half, simulated_pool,
 };
 pub use compare::{
-    Compare, MAX_SERIES, Moment, Series, SeriesPoint, smallest_budget_of, smallest_budgets,
+    Compare, MAX_SERIES, Moment, Series, SeriesPoint, expandable_budget, expandable_figures,
+    smallest_budget_of, smallest_budgets,
 };
 pub use lockstep::{LaneFigures, Lockstep, POLICIES, Policy, SimDevice, TENSOR_USAGE};
 pub use pace::Pace;
