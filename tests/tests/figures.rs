@@ -14,7 +14,10 @@
 //! VRAMPOOL_UPDATE_FIGURES=1 cargo test --release -p vrampool-tests --test figures
 //! ```
 
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::path::PathBuf;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde::{Deserialize, Serialize};
 use vrampool::trace::{Expandable, Replayer, RowFigures, Targets, smallest_budget};
@@ -111,43 +114,55 @@ fn measure() -> Vec<Row> {
     };
     let tuned = traces("data/traces").into_iter().map(|p| (p, false));
     let held_out = traces("data/traces/heldout").into_iter().map(|p| (p, true));
-    // Every (trace, scale, policy) row, in the table's order; the rows are
+    // Every trace at every scale (all in memory at once: about 130 MB), then
+    // every (trace, scale, policy) row in the table's order; the rows are
     // measured on every core (CI's two), each independent of the others.
-    let mut jobs = Vec::new();
+    let mut scaled = Vec::new();
     for (path, held_out) in tuned.chain(held_out) {
         let full = Trace::open(&path).unwrap();
         for scale in SCALES {
-            let t = std::sync::Arc::new(if scale > 1 {
+            let t = if scale > 1 {
                 full.scaled(scale)
             } else {
                 full.clone()
-            });
-            for policy in POLICIES {
-                jobs.push((t.clone(), scale, policy, held_out));
-            }
+            };
+            scaled.push((t, scale, held_out));
         }
     }
+    let jobs: Vec<(&(Trace, u64, bool), &str)> = scaled
+        .iter()
+        .flat_map(|t| POLICIES.map(|policy| (t, policy)))
+        .collect();
     // The longest traces first, so no core is left with one at the end.
     let mut order: Vec<usize> = (0..jobs.len()).collect();
-    order.sort_by_key(|&i| std::cmp::Reverse(jobs[i].0.events.len()));
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let done = std::sync::Mutex::new(vec![None; jobs.len()]);
+    order.sort_by_key(|&i| std::cmp::Reverse(jobs[i].0.0.events.len()));
+    let next = AtomicUsize::new(0);
+    let done = Mutex::new(vec![None; jobs.len()]);
+    // A row's assertion that fails stops every worker and fails the test
+    // with its own message (not "a scoped thread panicked").
+    let failed = Mutex::new(None);
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
     std::thread::scope(|s| {
         for _ in 0..workers.min(jobs.len()) {
             s.spawn(|| {
-                loop {
-                    let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    let Some(&i) = order.get(k) else {
-                        break;
-                    };
-                    let (t, scale, policy, held_out) = &jobs[i];
-                    let row = measure_row(t, *scale, policy, *held_out);
-                    done.lock().unwrap()[i] = Some(row);
+                while let Some(&i) = order.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    let ((t, scale, held_out), policy) = jobs[i];
+                    match catch_unwind(AssertUnwindSafe(|| {
+                        measure_row(t, *scale, policy, *held_out)
+                    })) {
+                        Ok(row) => done.lock().unwrap()[i] = Some(row),
+                        Err(panic) => {
+                            next.store(usize::MAX / 2, Ordering::Relaxed);
+                            failed.lock().unwrap().get_or_insert(panic);
+                        }
+                    }
                 }
             });
         }
     });
+    if let Some(panic) = failed.into_inner().unwrap() {
+        resume_unwind(panic);
+    }
     done.into_inner()
         .unwrap()
         .into_iter()
