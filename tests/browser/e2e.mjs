@@ -255,6 +255,7 @@ try {
   await page.click('#compare-budget');
   await waitFor('the smallest budgets', async () => {
     const r = await compareRows();
+    assert.ok(r.expandable, 'the finished comparison has its expandable_segments row');
     return r.vrampool.minBudget !== '' && r.pytorch.minBudget !== '' && r.expandable.minBudget !== '';
   }, 120_000);
   {

@@ -3,8 +3,8 @@
 //! PyTorch preset, each on a simulated device like the page's, by its own
 //! task; both reserved lines and the live line on one chart with a hover
 //! readout, the figures the harness's `replay --compare` prints in
-//! `#compare-table` (PyTorch with `expandable_segments` added once the
-//! replay is over; the smallest budgets on request), and `#scrub`, which
+//! `#compare-table` (PyTorch with `expandable_segments` added once every
+//! event is replayed; the smallest budgets on request), and `#scrub`, which
 //! takes both segment maps and the figures back to any event.
 
 use leptos::prelude::*;
@@ -217,10 +217,14 @@ async fn find_budgets(page: Page, id: u64, busy: RwSignal<bool>) {
             }
         }
     }
-    // PyTorch with expandable_segments, the yardstick beside them.
+    // PyTorch with expandable_segments, the yardstick beside them (not for
+    // a replay stopped before its end: it has no row to show it in).
     sleep(std::time::Duration::ZERO).await;
     if let Some((trace, device)) = page
-        .with_compare(|c| (c.id() == id).then(|| (c.trace().clone(), c.device())))
+        .with_compare(|c| {
+            let stopped = c.result().is_some() && c.expandable().is_none();
+            (c.id() == id && !stopped).then(|| (c.trace().clone(), c.device()))
+        })
         .flatten()
     {
         let b = expandable_budget(&trace, device);
@@ -328,7 +332,7 @@ pub fn ComparePanel() -> impl IntoView {
                 <button id="compare-budget" on:click=budgets>
                     {move || if bisecting.get() { "finding the smallest budgets…" } else { "find the smallest budgets" }}
                 </button>
-                <span class="hint">"Both run on a simulated 4 GiB device with WebGPU's 256 MiB largest buffer, as "<code>"vrampool replay --simulate --compare"</code>" does; once the replay is over, the table adds PyTorch with expandable_segments on the same trace: what virtual memory, which WebGPU lacks, would hold."</span>
+                <span class="hint">"Both run on a simulated 4 GiB device with WebGPU's 256 MiB largest buffer, as "<code>"vrampool replay --simulate --compare"</code>" does; once every event is replayed (not after stop), the table adds PyTorch with expandable_segments on the same trace: what virtual memory, which WebGPU lacks, would hold."</span>
             </div>
             <p id="compare-summary" class="summary">{move || view.with(CompareView::summary)}</p>
             <Show when=move || view.with(|v| v.id != 0)>
@@ -449,7 +453,7 @@ fn row(
             <td>{match name {
                 "vrampool" => "vrampool",
                 "pytorch" => "PyTorch's scheme (Config::pytorch)",
-                _ => "PyTorch with expandable_segments: virtual memory, which WebGPU lacks (simulated; once the replay is over)",
+                _ => "PyTorch with expandable_segments: virtual memory, which WebGPU lacks (simulated)",
             }}</td>
             <td>{fmt_bytes(f.peak_live)}</td>
             <td>{fmt_bytes(f.peak_reserved)}</td>

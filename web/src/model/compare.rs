@@ -9,7 +9,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use vrampool::trace::{Expandable, Replayer, smallest_budget};
+use vrampool::trace::{Expandable, ExpandableBlock, ReplayCounts, Replayer, smallest_budget};
 use vrampool::{Config, Error, Limit, Trace, replay};
 
 use super::lockstep::{LaneFigures, Lockstep, POLICIES, Policy, SimDevice, TENSOR_USAGE};
@@ -140,8 +140,10 @@ pub struct Compare {
     /// The smallest budget (× peak live) of each policy and its device
     /// allocations, once asked for (`None` inside: even 4 × fails).
     pub budgets: [Option<Option<(f64, u64)>>; 2],
-    /// PyTorch with `expandable_segments` on the whole trace, once every
-    /// event was taken (a yardstick: not paced, not in the lockstep).
+    /// PyTorch with `expandable_segments` on the same trace, stepped with
+    /// the lockstep (a yardstick: not charted, not scrubbed), and its
+    /// figures once every event was taken.
+    vm: (Expandable, Replayer<'static, ExpandableBlock>),
     expandable: Option<LaneFigures>,
     /// Its smallest budget, found with the others.
     pub expandable_budget: Option<Option<(f64, u64)>>,
@@ -157,6 +159,10 @@ impl Compare {
     pub fn new(trace: Trace, device: SimDevice, speed: f64) -> Result<Compare, Error> {
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         let peak = PeakStack::of(&trace);
+        let vm = (
+            Expandable::new(device.capacity, None),
+            Replayer::owned(trace.clone()),
+        );
         Ok(Compare {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             device,
@@ -168,6 +174,7 @@ impl Compare {
             result: None,
             last: None,
             budgets: [None, None],
+            vm,
             expandable: None,
             expandable_budget: None,
             cursor: None,
@@ -242,6 +249,9 @@ impl Compare {
             if !self.run.step() {
                 break;
             }
+            // Refusals are out-of-memory only: the replay counts them and goes on.
+            let (vm, replayer) = &mut self.vm;
+            let _ = replayer.step(vm);
             self.series.push(SeriesPoint {
                 event: self.run.position(),
                 live: self.run.live_bytes(),
@@ -271,7 +281,9 @@ impl Compare {
         self.millis = self.wall.map(|w| w.elapsed().as_millis() as u64);
         self.last = Some(Moment::of(&self.run, usize::MAX));
         if self.run.is_done() {
-            self.expandable = Some(expandable_figures(self.trace(), self.device, None).0);
+            let (vm, replayer) = &mut self.vm;
+            while replayer.step(vm).unwrap_or(true) {}
+            self.expandable = Some(lane_of(vm, replayer.counts(), self.run.trace().peak_live));
         }
         self.result = Some(self.run.finish());
     }
@@ -347,9 +359,15 @@ pub fn expandable_figures(
     let mut replayer = Replayer::new(trace);
     // Refusals are out-of-memory only: the replay counts them and goes on.
     while replayer.step(&mut vm).unwrap_or(true) {}
-    let (s, counts) = (vm.stats(), replayer.counts());
-    let figures = LaneFigures {
-        peak_live: trace.peak_live,
+    let counts = replayer.counts();
+    (lane_of(&vm, counts, trace.peak_live), counts.ooms > 0)
+}
+
+/// An `Expandable`'s figures in the harness's words.
+fn lane_of(vm: &Expandable, counts: ReplayCounts, peak_live: u64) -> LaneFigures {
+    let s = vm.stats();
+    LaneFigures {
+        peak_live,
         allocated: s.allocated,
         reserved: s.reserved,
         peak_reserved: s.peak_reserved,
@@ -358,8 +376,7 @@ pub fn expandable_figures(
         cache_hits: s.cache_hits,
         allocs: counts.allocs,
         ooms: counts.ooms,
-    };
-    (figures, counts.ooms > 0)
+    }
 }
 
 /// The smallest budget of PyTorch with `expandable_segments` on `trace`
