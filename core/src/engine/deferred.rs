@@ -84,6 +84,7 @@ impl<B: Backend> Engine<B> {
     }
 
     /// Whether any block waits for a mark.
+    #[cfg(feature = "wgpu")]
     pub(crate) fn has_deferred(&self) -> bool {
         !self.deferred.is_empty()
     }

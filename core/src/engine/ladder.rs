@@ -94,6 +94,7 @@ impl<B: Backend> Engine<B> {
     /// serves it; `None`, with nothing changed, when it would plan a segment
     /// or refuse (the wgpu binding then first takes back blocks other threads
     /// parked, and plans).
+    #[cfg(feature = "wgpu")]
     pub(crate) fn allocate_cached(&mut self, req: &Request) -> Option<Allocation> {
         // While a plan is followed every request takes the full path, which
         // matches it to the plan first.

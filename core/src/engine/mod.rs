@@ -336,6 +336,7 @@ impl<B: Backend> Engine<B> {
     }
 
     /// Whether `id` is a live block of this engine.
+    #[cfg(feature = "wgpu")]
     pub(crate) fn is_live(&self, id: crate::BlockId) -> bool {
         self.live_block(id).is_ok()
     }
@@ -344,6 +345,7 @@ impl<B: Backend> Engine<B> {
     /// freed to it straight to its next owner, without a free and an
     /// allocate here (the wgpu binding's handle cache): the figures of `n`
     /// cache hits and `n` frees.
+    #[cfg(feature = "wgpu")]
     pub(crate) fn count_handed_on(&mut self, n: u64) {
         self.counters.allocs += n;
         self.counters.frees += n;
