@@ -20,12 +20,12 @@ const ALIGN: u64 = 256;
 
 #[derive(Clone, Debug)]
 pub struct Params {
-    pub small_max: u64,     // requests <= go to small segments
-    pub small_seg: u64,     // small segment size
-    pub grow: f64,          // new heap segment = max(r, grow * reserved_heap)
-    pub min_seg: u64,       // at least
-    pub seg_round: u64,     // round segment sizes
-    pub exact_above: f64,   // requests > exact_above * high_water get exact segments (0 = off)
+    pub small_max: u64,   // requests <= go to small segments
+    pub small_seg: u64,   // small segment size
+    pub grow: f64,        // new heap segment = max(r, grow * reserved_heap)
+    pub min_seg: u64,     // at least
+    pub seg_round: u64,   // round segment sizes
+    pub exact_above: f64, // requests > exact_above * high_water get exact segments (0 = off)
     pub headroom: Option<f64>,
     pub floor: u64,
     pub order: u8, // 0 best fit, 1 AOFF (oldest segment, lowest offset), 2 best fit fullest
@@ -224,12 +224,14 @@ impl Heap {
         let mut segsize = if small {
             self.p.small_seg.max(r)
         } else {
-            let exact = self.p.exact_above > 0.0
-                && r as f64 > self.p.exact_above * self.high_water as f64;
+            let exact =
+                self.p.exact_above > 0.0 && r as f64 > self.p.exact_above * self.high_water as f64;
             let g = if exact {
                 r
             } else {
-                ((self.reserved_heap as f64 * self.p.grow) as u64).max(self.p.min_seg).max(r)
+                ((self.reserved_heap as f64 * self.p.grow) as u64)
+                    .max(self.p.min_seg)
+                    .max(r)
             };
             round(g, self.p.seg_round).min(self.p.max_seg).max(r)
         };
@@ -254,10 +256,19 @@ impl Heap {
                     c.sort_unstable_by(|a, b| b.cmp(a));
                     if self.p.merge && !small {
                         // merge: release free segments (MRU first) until their total holds r, make one of that total
-                        let mut total = 0; let mut take = vec![];
-                        for &(_, i) in &c { if total >= r { break; } total += self.segs[i as usize].as_ref().unwrap().size; take.push(i); }
+                        let mut total = 0;
+                        let mut take = vec![];
+                        for &(_, i) in &c {
+                            if total >= r {
+                                break;
+                            }
+                            total += self.segs[i as usize].as_ref().unwrap().size;
+                            take.push(i);
+                        }
                         if total >= r && take.len() > 1 {
-                            for i in take { self.release_seg(i); }
+                            for i in take {
+                                self.release_seg(i);
+                            }
                             segsize = round(total, ALIGN);
                             let id = self.new_seg(segsize, small);
                             return self.take(id, 0, r);
@@ -278,7 +289,11 @@ impl Heap {
 
     /// One growing segment (id of the first heap seg), extended at its end.
     fn expand_alloc(&mut self, r: u64) -> (u32, u64) {
-        let id = match self.segs.iter().position(|s| s.as_ref().is_some_and(|s| !s.small)) {
+        let id = match self
+            .segs
+            .iter()
+            .position(|s| s.as_ref().is_some_and(|s| !s.small))
+        {
             Some(i) => i as u32,
             None => self.new_seg(0, false),
         };
@@ -378,7 +393,11 @@ fn main() {
             .collect();
         fs.sort();
         for f in fs {
-            let n = f.file_name().unwrap().to_string_lossy().replace(".csv.gz", "");
+            let n = f
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .replace(".csv.gz", "");
             names.push((n, f));
         }
     }
