@@ -9,7 +9,16 @@
 //! re-made as one), `order=0|1|2` (best fit, address-ordered first fit,
 //! best fit preferring the fullest segment), and `expand page=P` (one
 //! contiguous heap per pool that grows at its end in pages of P bytes:
-//! virtual memory, for comparison).
+//! virtual memory, for comparison). Moving live blocks (2026-12-02):
+//! `move_max=F` (before a new segment, the live blocks of the window of the
+//! request's size holding the fewest live bytes, at most F × the request,
+//! move to free blocks of other segments and the window serves it), `evac`
+//! (under the headroom, partly live segments are emptied the same way,
+//! fewest live bytes first, and released), `pin=N` (a block allocated in the
+//! last N events may not move: commands recorded and not yet submitted may
+//! use it), `submit_every=K slack=S` (moves only every K events: then
+//! segments are emptied while more than S × the high water is reserved and
+//! not live).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use vrampool::trace::{Action, Trace};
@@ -34,6 +43,19 @@ pub struct Params {
     pub expand: bool,
     pub page: u64,
     pub merge: bool,
+    /// Before a new segment, move live blocks out of the cheapest window of
+    /// the request's size into free blocks of other segments (at most
+    /// `move_max` × the request's bytes moved); 0: off.
+    pub move_max: f64,
+    /// Under the headroom, partly live segments are emptied by moves and released.
+    pub evac: bool,
+    /// Moves only at submit points, every `submit_every` events (0: at any request).
+    pub submit_every: u64,
+    /// At a submit point, evacuate while reserved - live > this × the high water.
+    pub slack: f64,
+    /// A block allocated within the last `pin` events may not move (commands
+    /// recorded and not yet submitted may use it).
+    pub pin: u64,
 }
 
 impl Default for Params {
@@ -53,6 +75,11 @@ impl Default for Params {
             expand: false,
             page: 20 << 20,
             merge: false,
+            move_max: 0.0,
+            evac: false,
+            submit_every: 0,
+            slack: 0.05,
+            pin: 0,
         }
     }
 }
@@ -74,6 +101,9 @@ pub struct Out {
     pub releases: u64,
     pub released: u64,
     pub peak_live: u64,
+    pub moved: u64,
+    pub moves: u64,
+    pub compactions: u64,
 }
 
 pub struct Heap {
@@ -88,6 +118,10 @@ pub struct Heap {
     high_water: u64,
     tick: u64,
     out: Out,
+    /// pointer -> location, location -> pointer (moves change locations)
+    loc: HashMap<u64, (u32, u64)>,
+    owner: HashMap<(u32, u64), u64>,
+    born: HashMap<u64, u64>,
 }
 
 fn round(x: u64, a: u64) -> u64 {
@@ -106,6 +140,9 @@ impl Heap {
             high_water: 0,
             tick: 0,
             out: Out::default(),
+            loc: HashMap::new(),
+            owner: HashMap::new(),
+            born: HashMap::new(),
         }
     }
 
@@ -221,6 +258,13 @@ impl Heap {
         if !small && self.p.expand {
             return self.expand_alloc(r);
         }
+        if !small
+            && self.p.move_max > 0.0
+            && self.p.submit_every == 0
+            && let Some(a) = self.make_room(r)
+        {
+            return a;
+        }
         let mut segsize = if small {
             self.p.small_seg.max(r)
         } else {
@@ -280,11 +324,226 @@ impl Heap {
                         }
                         self.release_seg(i);
                     }
+                    if self.p.evac && !small && self.p.submit_every == 0 {
+                        while self.reserved + segsize > target {
+                            let mut c: Vec<(u64, u32)> = self
+                                .segs
+                                .iter()
+                                .enumerate()
+                                .filter_map(|(i, s)| match s {
+                                    Some(s) if !s.small && s.live > 0 => Some((
+                                        s.blocks.values().filter(|b| !b.1).map(|b| b.0).sum(),
+                                        i as u32,
+                                    )),
+                                    _ => None,
+                                })
+                                .collect();
+                            c.sort_unstable();
+                            let mut done = false;
+                            for (_, i) in c {
+                                if self.evacuate(i) {
+                                    self.release_seg(i);
+                                    done = true;
+                                    break;
+                                }
+                            }
+                            if !done {
+                                break;
+                            }
+                        }
+                    }
                 }
             }
         }
         let id = self.new_seg(segsize, small);
         self.take(id, 0, r)
+    }
+
+    /// A submit point: empty the sparsest segments by moves and release them
+    /// while more than `slack` × the high water is reserved and not live.
+    pub fn submit_point(&mut self) {
+        let keep = (self.p.slack * self.high_water as f64) as u64;
+        while self.reserved.saturating_sub(self.live_bytes) > keep.max(self.p.floor) {
+            let mut c: Vec<(u64, u32)> = self
+                .segs
+                .iter()
+                .enumerate()
+                .filter_map(|(i, s)| match s {
+                    Some(s) if !s.small => Some((
+                        s.blocks.values().filter(|b| !b.1).map(|b| b.0).sum(),
+                        i as u32,
+                    )),
+                    _ => None,
+                })
+                .collect();
+            c.sort_unstable();
+            let mut done = false;
+            for (_, i) in c {
+                if self.evacuate(i) {
+                    self.release_seg(i);
+                    done = true;
+                    break;
+                }
+            }
+            if !done {
+                break;
+            }
+        }
+    }
+
+    fn pinned(&self, seg: u32, off: u64) -> bool {
+        self.p.pin > 0
+            && self
+                .owner
+                .get(&(seg, off))
+                .and_then(|p| self.born.get(p))
+                .is_some_and(|&b| self.tick.saturating_sub(b) < self.p.pin)
+    }
+
+    /// Moves every live block of `seg` into free blocks of other segments,
+    /// if they all fit.
+    fn evacuate(&mut self, seg: u32) -> bool {
+        let s = self.segs[seg as usize].as_ref().unwrap();
+        let mut movers: Vec<(u64, u64)> = s
+            .blocks
+            .iter()
+            .filter(|b| !b.1.1)
+            .map(|(&o, &(z, _))| (o, z))
+            .collect();
+        if movers.iter().any(|&(o, _)| self.pinned(seg, o)) {
+            return false;
+        }
+        movers.sort_by(|a, b| b.1.cmp(&a.1));
+        let mut free = self.free.clone();
+        let mut dest = vec![];
+        for &(_, z) in &movers {
+            let Some(found) = free
+                .range((false, z, 0, 0)..)
+                .take_while(|e| !e.0)
+                .find(|e| e.2 != seg)
+                .copied()
+            else {
+                return false;
+            };
+            free.remove(&found);
+            if found.1 - z >= ALIGN {
+                free.insert((false, found.1 - z, found.2, found.3 + z));
+            }
+            dest.push((found.2, found.3));
+        }
+        let mut cost = 0;
+        for (k, &(o, z)) in movers.iter().enumerate() {
+            let (ds, doff) = dest[k];
+            self.take(ds, doff, z);
+            self.free_block(seg, o);
+            let ptr = self.owner.remove(&(seg, o)).unwrap();
+            self.owner.insert((ds, doff), ptr);
+            self.loc.insert(ptr, (ds, doff));
+            cost += z;
+        }
+        self.out.moved += cost;
+        self.out.moves += movers.len() as u64;
+        self.out.compactions += 1;
+        true
+    }
+
+    /// Moves the live blocks of the window of `r` bytes holding the fewest
+    /// live bytes into free blocks of other segments, then takes the window.
+    fn make_room(&mut self, r: u64) -> Option<(u32, u64)> {
+        let cap = (self.p.move_max * r as f64) as u64;
+        // (cost, seg, window start)
+        let mut best: Option<(u64, u32, u64)> = None;
+        for (i, s) in self.segs.iter().enumerate() {
+            let Some(s) = s else { continue };
+            if s.small || s.size < r {
+                continue;
+            }
+            let bl: Vec<(u64, u64, bool)> = s
+                .blocks
+                .iter()
+                .map(|(&o, &(z, f))| {
+                    (
+                        o,
+                        if !f && self.pinned(i as u32, o) {
+                            u64::MAX / 4
+                        } else {
+                            z
+                        },
+                        f,
+                    )
+                })
+                .collect();
+            let mut j = 0usize; // first block not fully before window end
+            let mut live_in = 0u64;
+            // window [bl[k].0, bl[k].0 + r)
+            let mut end_idx = 0usize; // blocks [k, end_idx) overlap the window
+            for k in 0..bl.len() {
+                let ws = bl[k].0;
+                if ws + r > s.size {
+                    break;
+                }
+                while end_idx < bl.len() && bl[end_idx].0 < ws + r {
+                    if !bl[end_idx].2 {
+                        live_in += bl[end_idx].1;
+                    }
+                    end_idx += 1;
+                }
+                while j < k {
+                    if !bl[j].2 {
+                        live_in -= bl[j].1;
+                    }
+                    j += 1;
+                }
+                if live_in <= cap && best.is_none_or(|b| live_in < b.0) {
+                    best = Some((live_in, i as u32, ws));
+                }
+            }
+        }
+        let (cost, seg, ws) = best?;
+        let we = ws + r;
+        let s = self.segs[seg as usize].as_ref().unwrap();
+        let mut movers: Vec<(u64, u64)> = s
+            .blocks
+            .range(..we)
+            .filter(|&(&o, &(z, f))| !f && o + z > ws)
+            .map(|(&o, &(z, _))| (o, z))
+            .collect();
+        movers.sort_by(|a, b| b.1.cmp(&a.1));
+        // plan destinations: best fit outside this segment, simulated on a copy of the free set
+        let mut free = self.free.clone();
+        let mut dest: Vec<(u32, u64, u64)> = vec![];
+        for &(_, z) in &movers {
+            let found = free
+                .range((false, z, 0, 0)..)
+                .take_while(|e| !e.0)
+                .find(|e| e.2 != seg)
+                .copied()?;
+            free.remove(&found);
+            if found.1 - z >= ALIGN {
+                free.insert((false, found.1 - z, found.2, found.3 + z));
+            }
+            dest.push((found.2, found.3, z));
+        }
+        // carry out: take each destination (at its start), free each source
+        for (k, &(o, z)) in movers.iter().enumerate() {
+            let (ds, doff, _) = dest[k];
+            // the destination block may have been split already: find the free block at doff
+            let dss = self.segs[ds as usize].as_ref().unwrap();
+            let (&bo, &(bz, bf)) = dss.blocks.range(..=doff).next_back().unwrap();
+            assert!(bf && bo == doff && bz >= z);
+            self.take(ds, doff, z);
+            self.free_block(seg, o);
+            let ptr = self.owner.remove(&(seg, o)).unwrap();
+            self.owner.insert((ds, doff), ptr);
+            self.loc.insert(ptr, (ds, doff));
+        }
+        self.out.moved += cost;
+        self.out.moves += movers.len() as u64;
+        self.out.compactions += 1;
+        let s = self.segs[seg as usize].as_ref().unwrap();
+        let (&bo, &(bz, bf)) = s.blocks.range(..=ws).next_back().unwrap();
+        assert!(bf && bo + bz >= we, "window not free");
+        Some(self.take(seg, bo, r))
     }
 
     /// One growing segment (id of the first heap seg), extended at its end.
@@ -328,10 +587,15 @@ impl Heap {
 
     pub fn free(&mut self, (seg, off): (u32, u64)) {
         self.tick += 1;
+        let size = self.segs[seg as usize].as_ref().unwrap().blocks[&off].0;
+        self.live_bytes -= size;
+        self.free_block(seg, off);
+    }
+
+    fn free_block(&mut self, seg: u32, off: u64) {
         let s = self.segs[seg as usize].as_mut().unwrap();
         let (mut size, free) = s.blocks[&off];
         assert!(!free);
-        self.live_bytes -= size;
         s.live -= 1;
         s.last_used = self.tick;
         let mut start = off;
@@ -359,19 +623,27 @@ impl Heap {
 
 pub fn run(trace: &Trace, p: &Params) -> Out {
     let mut h = Heap::new(p.clone());
-    let mut live: HashMap<u64, ((u32, u64), u64)> = HashMap::new();
+    let mut live: HashMap<u64, u64> = HashMap::new();
     let (mut cur, mut peak) = (0u64, 0u64);
-    for e in &trace.events {
+    for (k, e) in trace.events.iter().enumerate() {
+        if p.submit_every > 0 && p.evac && k as u64 % p.submit_every == 0 {
+            h.submit_point();
+        }
         match e.action {
             Action::Allocate => {
                 let a = h.alloc(e.size);
-                live.insert(e.pointer, (a, e.size));
+                h.born.insert(e.pointer, h.tick);
+                h.loc.insert(e.pointer, a);
+                h.owner.insert(a, e.pointer);
+                live.insert(e.pointer, e.size);
                 cur += e.size;
                 peak = peak.max(cur);
             }
             Action::Free => {
-                let (a, sz) = live.remove(&e.pointer).unwrap();
+                let sz = live.remove(&e.pointer).unwrap();
                 cur -= sz;
+                let a = h.loc.remove(&e.pointer).unwrap();
+                h.owner.remove(&a);
                 h.free(a);
             }
         }
@@ -419,11 +691,18 @@ fn main() {
             "expand" => p.expand = true,
             "merge" => p.merge = true,
             "page" => p.page = v.parse().unwrap(),
+            "move_max" => p.move_max = v.parse().unwrap(),
+            "evac" => p.evac = true,
+            "submit_every" => p.submit_every = v.parse().unwrap(),
+            "slack" => p.slack = v.parse().unwrap(),
+            "pin" => p.pin = v.parse().unwrap(),
             "v" => verbose = true,
             _ => panic!("unknown setting {k}"),
         }
     }
     let (mut mr, mut ma, mut mb, mut n, mut sum_ratio, mut ms) = (0, 0, 0, 0, 0.0, 0.0);
+    let mut tot_moved = [0u64; 4];
+    let mut tot_comp = 0u64;
     for (name, f) in &names {
         let t = Trace::open(f).unwrap();
         for scale in [1u64, 16, 64] {
@@ -447,6 +726,8 @@ fn main() {
             if scale == 1 {
                 ms += dms;
             }
+            tot_moved[(scale.trailing_zeros() / 2) as usize] += o.moved;
+            tot_comp += o.compactions;
             mr += r_miss as u32;
             ma += a_miss as u32;
             mb += b_miss as u32;
@@ -460,7 +741,7 @@ fn main() {
             );
             if verbose || !miss.is_empty() {
                 println!(
-                    "{:16} ÷{:<3} ratio {:.3} (pytorch {:.3}) allocs {:5} (pytorch {:5}) created {:9.1} MiB (pytorch {:9.1}) {}",
+                    "{:16} ÷{:<3} ratio {:.3} (pytorch {:.3}) allocs {:5} (pytorch {:5}) created {:9.1} MiB (pytorch {:9.1}) moved {:9.1} MiB in {} {}",
                     name,
                     scale,
                     ratio,
@@ -469,6 +750,8 @@ fn main() {
                     pt.device_allocs,
                     o.created as f64 / MIB as f64,
                     pt.segment_bytes_created as f64 / MIB as f64,
+                    o.moved as f64 / MIB as f64,
+                    o.compactions,
                     miss
                 );
             }
@@ -479,5 +762,12 @@ fn main() {
         p,
         sum_ratio / n as f64,
         ms
+    );
+    println!(
+        "moved GiB at ÷1 / ÷16 / ÷64: {:.2} / {:.3} / {:.4}; compactions {}",
+        tot_moved[0] as f64 / (1u64 << 30) as f64,
+        tot_moved[2] as f64 / (1u64 << 30) as f64,
+        tot_moved[3] as f64 / (1u64 << 30) as f64,
+        tot_comp
     );
 }
