@@ -43,6 +43,34 @@ pub trait Backend {
     fn abandon_segment(&mut self, segment: Self::Segment) {
         self.destroy_segment(segment)
     }
+    /// Whether the backend can copy bytes between two segments made with
+    /// `usage` ([`Backend::move_bytes`]): the engine moves
+    /// [relocatable](crate::Request::relocatable) blocks of a pool only if
+    /// so. No by default.
+    fn can_move(&self, usage: u32) -> bool {
+        let _ = usage;
+        false
+    }
+    /// Copies `size` bytes at `from_offset` of `from` to `to_offset` of `to`,
+    /// two different segments of one pool (WebGPU copies only between two
+    /// buffers). The engine calls it only if [`Backend::can_move`] their usage, then
+    /// [`Backend::flush_moves`] after each batch. The copy must read the
+    /// source after every use the caller made of it so far and land before
+    /// any later use of either range (wgpu: the batch's copies in one command
+    /// buffer, submitted at `flush_moves`; queue order does the rest).
+    fn move_bytes(
+        &mut self,
+        from: &Self::Segment,
+        from_offset: u64,
+        to: &Self::Segment,
+        to_offset: u64,
+        size: u64,
+    ) {
+        let _ = (from, from_offset, to, to_offset, size);
+        unreachable!("the engine moves blocks only where the backend can move them");
+    }
+    /// Called after a batch of [`Backend::move_bytes`].
+    fn flush_moves(&mut self) {}
     /// Called after a batch of destroys, so the device can really free them (wgpu: poll).
     fn flush_releases(&mut self) {}
     /// The largest segment the device can create (wgpu: `max_buffer_size`).

@@ -387,6 +387,27 @@ pub struct Config {
     /// large request may use a medium segment. Off by default: on the shared
     /// traces it raised the unlimited ratios to 1.080 / 1.067 / 1.051 (BENCHMARKS.md).
     pub shared_large_pool: bool,
+    /// Without a budget, the engine moves [relocatable](crate::Request::relocatable)
+    /// blocks to serve a request from memory it holds instead of a new
+    /// segment: on a miss, the relocatable blocks of the cheapest range of
+    /// the request's size (at most its size in live bytes) go to free blocks
+    /// of other segments and the range serves it; and when the soft headroom
+    /// would pass its target with nothing left to release, it empties partly
+    /// live segments that way and releases them. Only in pools whose segments
+    /// the backend can copy between ([`Backend::can_move`](crate::Backend::can_move)). On the
+    /// corpus with every tensor relocatable, the rows missing R go from 14 of
+    /// 63 to 2 (BENCHMARKS.md, "Relocatable blocks"). It does nothing to a
+    /// block not asked as relocatable; off in [`Config::pytorch`]. Under a
+    /// budget it does not act: moving a block into a cached segment pins
+    /// memory the limit would give back whole (on the corpus, moves under a
+    /// budget made 48 rows miss the smallest-budget target). A configuration
+    /// saved without the field reads as `true`.
+    #[serde(default = "yes")]
+    pub relocate: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl Config {
@@ -432,6 +453,7 @@ impl Config {
             pack_before_release: false,
             any_block_before_oom: false,
             shared_large_pool: true,
+            relocate: false,
             under_limit: placement.clone(),
             without_limit: placement,
             ..Config::default()
@@ -548,6 +570,7 @@ impl Default for Config {
             max_segment_size: None,
             default_usage: 0,
             shared_large_pool: false,
+            relocate: true,
         }
     }
 }

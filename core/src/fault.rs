@@ -213,6 +213,26 @@ impl<B: Backend> Backend for Faulty<B> {
         self.inner.flush_releases();
     }
 
+    fn can_move(&self, usage: u32) -> bool {
+        self.inner.can_move(usage)
+    }
+
+    fn move_bytes(
+        &mut self,
+        (from, _): &Self::Segment,
+        from_offset: u64,
+        (to, _): &Self::Segment,
+        to_offset: u64,
+        size: u64,
+    ) {
+        self.inner
+            .move_bytes(from, from_offset, to, to_offset, size);
+    }
+
+    fn flush_moves(&mut self) {
+        self.inner.flush_moves();
+    }
+
     fn max_segment_size(&self) -> u64 {
         self.inner.max_segment_size()
     }

@@ -53,8 +53,8 @@ pub use error::{Error, OomInfo, Result, UsageConflict};
 pub use sim::{SimSegment, SimulatedDevice};
 pub use snapshot::{Leak, Snapshot, SnapshotBlock, SnapshotSegment, SnapshotState, leak_report};
 pub use stats::{Counters, PoolReport, PoolStats, Stat, Stats};
-pub use trace::{ReplayReport, Trace, replay};
-pub use types::{Allocation, BlockId, Request, SegmentClass, SegmentId};
+pub use trace::{ReplayReport, Trace, replay, replay_relocatable};
+pub use types::{Allocation, BlockId, Moved, Request, SegmentClass, SegmentId};
 
 #[cfg(feature = "wgpu")]
 pub use gpu::*;

@@ -21,6 +21,7 @@ pub struct SimulatedDevice {
     peak_used: u64,
     creates: u64,
     destroys: u64,
+    moved: u64,
     lost: bool,
 }
 
@@ -46,6 +47,7 @@ impl SimulatedDevice {
             peak_used: 0,
             creates: 0,
             destroys: 0,
+            moved: 0,
             lost: false,
         }
     }
@@ -65,6 +67,10 @@ impl SimulatedDevice {
     /// Segments destroyed.
     pub fn destroys(&self) -> u64 {
         self.destroys
+    }
+    /// Bytes copied between segments ([`Backend::move_bytes`]).
+    pub fn moved(&self) -> u64 {
+        self.moved
     }
     /// Simulates device loss: every later create fails.
     pub fn lose(&mut self) {
@@ -101,6 +107,15 @@ impl Backend for SimulatedDevice {
 
     fn max_segment_size(&self) -> u64 {
         self.max_buffer_size
+    }
+
+    /// It has no bytes to copy, so it counts them.
+    fn can_move(&self, _: u32) -> bool {
+        true
+    }
+
+    fn move_bytes(&mut self, _: &SimSegment, _: u64, _: &SimSegment, _: u64, size: u64) {
+        self.moved += size;
     }
 
     fn capacity(&self) -> Option<u64> {

@@ -111,6 +111,20 @@ pub struct Counters {
     /// destroyed, so commands still recorded against them stay valid (wgpu
     /// frees them after those commands).
     pub segments_abandoned: u64,
+    /// Requests served by moving relocatable blocks out of their way instead
+    /// of a new segment (see `Request::relocatable`).
+    #[serde(default)]
+    pub relocations: u64,
+    /// Segments the soft headroom emptied by moving their relocatable blocks
+    /// elsewhere, then released.
+    #[serde(default)]
+    pub evacuations: u64,
+    /// Live blocks moved, for either.
+    #[serde(default)]
+    pub blocks_moved: u64,
+    /// Their bytes: what the device copied.
+    #[serde(default)]
+    pub bytes_moved: u64,
 }
 
 /// Per-pool figures: which usage the pool serves and its stats.

@@ -24,6 +24,18 @@ pub struct Request {
     pub group: u8,
     /// A label shown in snapshots and leak reports.
     pub label: Option<Arc<str>>,
+    /// The engine may move this block's bytes into another segment while it
+    /// is live, to serve a request from memory it already holds instead of a
+    /// new segment ([`Config::relocate`](crate::Config::relocate); only where
+    /// the backend copies, [`Backend::move_bytes`](crate::Backend::move_bytes),
+    /// and never under a budget). The block keeps its [`BlockId`];
+    /// [`Engine::take_moves`](crate::Engine::take_moves) and
+    /// [`Engine::locate`](crate::Engine::locate) say where it went. A caller
+    /// whose recorded, unsubmitted commands use the block's place pins it
+    /// with [`Engine::set_relocatable`](crate::Engine::set_relocatable) until
+    /// they are submitted. `false` by default: the wgpu binding's blocks never
+    /// move.
+    pub relocatable: bool,
 }
 
 impl Request {
@@ -71,6 +83,20 @@ pub struct Allocation {
     pub size: u64,
     /// `false` when these bytes were handed out before and may hold old data.
     pub fresh: bool,
+}
+
+/// A live block the engine moved to make room ([`Request::relocatable`]):
+/// its bytes were copied from `from` to `to` through the backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Moved {
+    /// The block; its id is unchanged.
+    pub id: BlockId,
+    /// Its segment and offset before.
+    pub from: (SegmentId, u64),
+    /// Its segment and offset now.
+    pub to: (SegmentId, u64),
+    /// Bytes copied (the block's size).
+    pub size: u64,
 }
 
 /// Size classes of segments. A request uses free blocks of its own class, of

@@ -29,6 +29,7 @@ fn replay_checked<B: vrampool::Backend>(e: &mut Engine<B>, t: &Trace) {
     let mut target = EngineTarget {
         engine: e,
         usage: 0,
+        relocatable: false,
     };
     while replayer.step(&mut target).unwrap() {
         target.engine.check_invariants().unwrap();

@@ -262,6 +262,19 @@ impl<B: Backend> Engine<B> {
             r.segments += 1;
             r.allocations += live;
         }
+        let relocatable = self
+            .blocks
+            .iter()
+            .filter(|b| b.state == BlockState::Live && b.relocatable)
+            .count() as u64;
+        if relocatable != self.relocatable_live {
+            return Err(E::Stat {
+                pool: "all".into(),
+                stat: "relocatable live blocks",
+                stats: self.relocatable_live,
+                recount: relocatable,
+            });
+        }
         let mut total = Recount::default();
         for (p, r) in self.pools.iter().zip(&pools) {
             if p.free.len() as u64 != r.free_blocks {

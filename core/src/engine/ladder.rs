@@ -141,6 +141,17 @@ impl<B: Backend> Engine<B> {
             self.counters.cache_hits += 1;
             return Ok(Planned::Hit(self.take_block(b, rounded, req)));
         }
+        // Memory the pool holds, made whole by moving relocatable blocks
+        // out of the way, before a new segment.
+        if self.relocation_on(pool)
+            && let Some(b) = self.make_room(pool, class, rounded)
+        {
+            self.counters.cache_hits += 1;
+            let a = self.take_block(b, rounded, req);
+            // What the moves left cached, trimmed once the request holds its place.
+            self.trim_cache();
+            return Ok(Planned::Hit(a));
+        }
         let mut size = self.segment_size(rounded, class);
         let mut retried = false;
         // Hard limit: release cached segments, then shrink the segment to the request.
@@ -197,6 +208,19 @@ impl<B: Backend> Engine<B> {
                 }
                 self.soft_released +=
                     self.release_for_headroom((self.held() + size).saturating_sub(target));
+                // Still past the target: partly live segments emptied by
+                // moving their relocatable blocks, and released.
+                let mut evacuated = 0;
+                while self.held() + size > target && self.relocation_on(pool) {
+                    match self.evacuate_one(pool) {
+                        0 => break,
+                        released => evacuated += released,
+                    }
+                }
+                if evacuated > 0 {
+                    self.soft_released += evacuated;
+                    self.backend.flush_releases();
+                }
             }
         }
         let label = format!(

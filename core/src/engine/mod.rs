@@ -14,6 +14,7 @@
 //! - `release.rs` — giving segments back: limits, cache limit, `empty_cache`;
 //! - `deferred.rs` — frees that wait for a mark ([`Engine::defer_free`]);
 //! - `follow.rs` — placing requests where a static plan says ([`Engine::follow`]);
+//! - `relocate.rs` — moving relocatable blocks to make room ([`Engine::take_moves`]);
 //! - `inspect.rs` — stats, snapshots, leaks;
 //! - `invariants.rs` — [`Engine::check_invariants`].
 //!
@@ -30,6 +31,7 @@ mod invariants;
 mod ladder;
 mod placement;
 mod release;
+mod relocate;
 mod store;
 
 use std::collections::VecDeque;
@@ -126,6 +128,10 @@ pub struct Engine<B: Backend> {
     /// [`Engine::follow`]).
     following: Vec<follow::Following>,
     follow_stats: FollowStats,
+    /// Live blocks that may move (see [`Request::relocatable`]).
+    relocatable_live: u64,
+    /// Blocks moved since the caller last took them ([`Engine::take_moves`]).
+    moves: Vec<crate::types::Moved>,
 }
 
 impl<B: Backend> Engine<B> {
@@ -171,6 +177,8 @@ impl<B: Backend> Engine<B> {
             recreated: false,
             following: Vec::new(),
             follow_stats: FollowStats::default(),
+            relocatable_live: 0,
+            moves: Vec::new(),
         };
         engine.limit = engine.resolve_limit(engine.config.limit)?;
         if let Growth::Preallocate(bytes) = engine.config.growth {

@@ -151,14 +151,20 @@ impl<B: Backend> Engine<B> {
         if class == SegmentClass::Exclusive {
             return None;
         }
-        // With `shared_large_pool` medium blocks have large's key: search it once.
+        self.shared_classes()
+            .filter_map(|c| self.find_free_by(pool, c, rounded, Fit::Any))
+            .min_by_key(|&b| (self.blocks[b as usize].size, b))
+    }
+
+    /// The shared classes (small, medium, large), each free-index key once:
+    /// with [`Config::shared_large_pool`] medium blocks have large's key, so
+    /// medium is left out.
+    pub(super) fn shared_classes(&self) -> impl Iterator<Item = SegmentClass> + use<B> {
         let shared = self.key(SegmentClass::Medium) == self.key(SegmentClass::Large);
         let medium = (!shared).then_some(SegmentClass::Medium);
         [Some(SegmentClass::Small), medium, Some(SegmentClass::Large)]
             .into_iter()
             .flatten()
-            .filter_map(|c| self.find_free_by(pool, c, rounded, Fit::Any))
-            .min_by_key(|&b| (self.blocks[b as usize].size, b))
     }
 
     /// Best fit in the request's class, then (small and medium requests,

@@ -64,6 +64,15 @@ impl<B: Backend> Engine<B> {
         self.release_measured(need, Measure::Reserved, order, true)
     }
 
+    /// Remembers a segment the soft headroom released, among the last
+    /// [`RELEASED_KEPT`].
+    pub(super) fn remember_released(&mut self, released: Released) {
+        if self.released.len() == RELEASED_KEPT {
+            self.released.pop_front();
+        }
+        self.released.push_back(released);
+    }
+
     /// Notes a segment the engine just made: if the soft headroom released
     /// one of the same pool, class and size, the loop came back for it.
     pub(super) fn note_recreation(&mut self, made: Released) {
@@ -126,10 +135,7 @@ impl<B: Backend> Engine<B> {
                 });
             let size = self.remove_segment(i);
             if remember {
-                if self.released.len() == RELEASED_KEPT {
-                    self.released.pop_front();
-                }
-                self.released.push_back(Released { pool, class, size });
+                self.remember_released(Released { pool, class, size });
             }
             released += size;
             counted += match measure {

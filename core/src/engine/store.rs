@@ -54,6 +54,8 @@ pub(super) struct Block {
     /// Handed out before: its bytes may hold someone's data.
     pub(super) dirty: bool,
     pub(super) label: Option<Arc<str>>,
+    /// Live, and the engine may move it (see `relocate.rs`).
+    pub(super) relocatable: bool,
 }
 
 /// One segment: a device buffer and the blocks that tile it.
@@ -258,6 +260,7 @@ impl<B: Backend> Engine<B> {
             requested: 0,
             dirty: false,
             label: None,
+            relocatable: false,
         });
         self.segments[index as usize] = Some(Segment {
             payload,
@@ -319,6 +322,8 @@ impl<B: Backend> Engine<B> {
         block.state = BlockState::Live;
         block.requested = req.size;
         block.label = req.label;
+        block.relocatable = req.relocatable;
+        self.relocatable_live += u64::from(req.relocatable);
         let fresh = !block.dirty;
         block.dirty = true;
         let generation = block.generation;
@@ -375,6 +380,7 @@ impl<B: Backend> Engine<B> {
             requested: 0,
             dirty,
             label: None,
+            relocatable: false,
         });
         if next != NONE {
             self.blocks[next as usize].prev = rest;
@@ -412,6 +418,7 @@ impl<B: Backend> Engine<B> {
             let block = &mut self.blocks[b as usize];
             block.requested = 0;
             block.generation = block.generation.wrapping_add(1);
+            self.relocatable_live -= u64::from(std::mem::take(&mut block.relocatable));
         }
         for st in [&mut self.total, &mut self.pools[pool as usize].stats] {
             st.allocated_bytes.sub(size);
@@ -429,8 +436,16 @@ impl<B: Backend> Engine<B> {
     }
 
     /// Makes detached block `b` free: cached, coalesced with its free
-    /// neighbours, in the free index.
+    /// neighbours, in the free index; then trims to the cache limit.
     pub(super) fn make_free(&mut self, b: u32) {
+        self.make_free_untrimmed(b);
+        self.trim_cache();
+    }
+
+    /// [`Engine::make_free`] without the cache limit's trim: for a move,
+    /// whose batch must not see a segment it moves from or into released
+    /// under it (the caller trims after).
+    pub(super) fn make_free_untrimmed(&mut self, b: u32) {
         let (pool, key) = {
             let block = &mut self.blocks[b as usize];
             block.state = BlockState::Free;
@@ -461,7 +476,6 @@ impl<B: Backend> Engine<B> {
         }
         let entry = self.entry_of(key, merged);
         self.pools[pool].free.insert(key, entry, merged);
-        self.trim_cache();
     }
 
     /// Absorbs free block `b` into its free predecessor `a`; neither is in

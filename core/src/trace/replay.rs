@@ -35,14 +35,35 @@ pub struct EngineTarget<'e, B: Backend> {
     pub engine: &'e mut Engine<B>,
     /// The usage of every request.
     pub usage: u32,
+    /// Every request [relocatable](Request::relocatable): a tensor runtime
+    /// that reads a tensor's place anew for each pass it records and submits
+    /// what it recorded before the pool moves anything.
+    pub relocatable: bool,
+}
+
+impl<'e, B: Backend> EngineTarget<'e, B> {
+    /// The engine as a target, every request of `usage`, none relocatable.
+    pub fn new(engine: &'e mut Engine<B>, usage: u32) -> Self {
+        EngineTarget {
+            engine,
+            usage,
+            relocatable: false,
+        }
+    }
 }
 
 impl<B: Backend> ReplayTarget for EngineTarget<'_, B> {
     type Handle = BlockId;
     fn allocate(&mut self, size: u64) -> Result<BlockId, Error> {
-        self.engine
-            .allocate(Request::new(size, self.usage))
-            .map(|a| a.id)
+        let a = self.engine.allocate(Request {
+            relocatable: self.relocatable,
+            ..Request::new(size, self.usage)
+        })?;
+        if self.relocatable {
+            // Handles are ids, which a move keeps.
+            self.engine.take_moves();
+        }
+        Ok(a.id)
     }
     fn free(&mut self, handle: BlockId) {
         self.engine
@@ -87,7 +108,7 @@ pub struct ReplayCounts {
 /// let trace = Trace::parse("tiny", csv.as_bytes())?;
 /// let mut engine = Engine::new(SimulatedDevice::new(1 << 30), Config::default())?;
 /// let mut replayer = Replayer::new(&trace);
-/// let mut target = EngineTarget { engine: &mut engine, usage: 0 };
+/// let mut target = EngineTarget::new(&mut engine, 0);
 /// while replayer.step(&mut target)? {}
 /// assert_eq!(replayer.counts().frees, 1);
 /// # Ok::<(), vrampool::Error>(())
@@ -273,6 +294,13 @@ pub struct ReplayReport {
     /// have lowered it (`None` where the replay did not track it).
     #[serde(default)]
     pub peak_live_at: Option<u64>,
+    /// Live blocks the pool moved to make room (relocatable replays only,
+    /// see [`replay_relocatable`]).
+    #[serde(default)]
+    pub blocks_moved: u64,
+    /// Their bytes: what the device copied.
+    #[serde(default)]
+    pub bytes_moved: u64,
 }
 
 /// Replays `trace` through `engine`, allocating with `usage`. Allocations the
@@ -288,10 +316,47 @@ pub struct ReplayReport {
 /// # Ok::<(), vrampool::Error>(())
 /// ```
 pub fn replay<B: Backend>(engine: &mut Engine<B>, trace: &Trace, usage: u32) -> ReplayReport {
+    replay_through(engine, trace, usage, false)
+}
+
+/// [`replay`] with every request [relocatable](Request::relocatable), as a
+/// tensor runtime that reads each tensor's place anew for every pass and
+/// submits on the pool's request would make them: the engine may move live
+/// blocks to serve a request from memory it holds (see
+/// [`Config::relocate`](crate::Config::relocate)); the report counts what
+/// it moved.
+///
+/// ```
+/// use vrampool::{Config, Engine, SimulatedDevice, Trace, replay_relocatable};
+/// let trace = Trace::open("../data/traces/small_mlp.csv.gz")?;
+/// let mut engine = Engine::new(SimulatedDevice::new(1 << 30), Config::default())?;
+/// let report = replay_relocatable(&mut engine, &trace, 0);
+/// assert!(report.bytes_moved > 0);
+/// assert_eq!(engine.backend().moved(), report.bytes_moved);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn replay_relocatable<B: Backend>(
+    engine: &mut Engine<B>,
+    trace: &Trace,
+    usage: u32,
+) -> ReplayReport {
+    replay_through(engine, trace, usage, true)
+}
+
+fn replay_through<B: Backend>(
+    engine: &mut Engine<B>,
+    trace: &Trace,
+    usage: u32,
+    relocatable: bool,
+) -> ReplayReport {
     let before = engine.stats().counters;
     engine.reset_peak_stats();
     let mut replayer = Replayer::new(trace);
-    let mut target = EngineTarget { engine, usage };
+    let mut target = EngineTarget {
+        engine,
+        usage,
+        relocatable,
+    };
     let (mut top_reserved, mut peak_reserved_at) = (target.engine.reserved_bytes(), 0);
     let (mut top_live, mut peak_live_at) = (0, 0);
     let start = web_time::Instant::now();
@@ -336,6 +401,8 @@ pub fn replay<B: Backend>(engine: &mut Engine<B>, trace: &Trace, usage: u32) -> 
         ns_per_op: elapsed_ns as f64 / (counts.allocs + counts.frees).max(1) as f64,
         peak_reserved_at: Some(peak_reserved_at),
         peak_live_at: Some(peak_live_at),
+        blocks_moved: c.blocks_moved - before.blocks_moved,
+        bytes_moved: c.bytes_moved - before.bytes_moved,
     }
 }
 
