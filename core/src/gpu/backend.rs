@@ -17,6 +17,14 @@ pub struct WgpuBackend {
     pub(super) lost: Arc<LostState>,
     /// Refusals injected by tests (see [`crate::fault`]).
     faults: Option<Faults>,
+    /// Where moved blocks' copies go (see [`WgpuBackend::with_moves`]).
+    moves: Option<Moves>,
+}
+
+/// The queue that copies moved blocks, and the batch being recorded.
+struct Moves {
+    queue: wgpu::Queue,
+    batch: Option<wgpu::CommandEncoder>,
 }
 
 #[cfg(not(target_arch = "wasm32"))]
@@ -41,6 +49,11 @@ impl PendingCheck {
         let validation = self.validation.await;
         (classify(oom, validation), self.counted)
     }
+}
+
+/// Whether buffers of `usage` are mapped (and so may not take both copy usages).
+fn mappable(usage: wgpu::BufferUsages) -> bool {
+    usage.intersects(wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::MAP_WRITE)
 }
 
 /// An error scope's result that is known already.
@@ -98,7 +111,27 @@ impl WgpuBackend {
             capacity,
             lost,
             faults: None,
+            moves: None,
         }
+    }
+
+    /// The same backend copying moved blocks on `queue`, so an engine over it
+    /// moves [relocatable](crate::Request::relocatable) blocks
+    /// ([`Config::relocate`](crate::Config::relocate)). Each batch of moves
+    /// is one command buffer submitted at its end: after every command
+    /// submitted before it, and before any submitted later (WebGPU's queue
+    /// order), so the caller must have submitted every command that uses a
+    /// relocatable block's place before it asks for more memory, or pinned
+    /// the block ([`Engine::set_relocatable`](crate::Engine::set_relocatable)).
+    /// Segments of a usage that is not mappable are made with `COPY_SRC |
+    /// COPY_DST` added, which a copy needs. The wgpu binding's
+    /// [`Pool`](crate::Pool) does not use it: its handles keep their place.
+    pub fn with_moves(mut self, queue: &wgpu::Queue) -> Self {
+        self.moves = Some(Moves {
+            queue: queue.clone(),
+            batch: None,
+        });
+        self
     }
 
     /// The same backend refusing segments as `faults` say, through the path
@@ -123,7 +156,10 @@ impl WgpuBackend {
             return Err(DeviceError::Lost(why.to_string()));
         }
         let injected = self.faults.as_ref().map(|f| f.on_create(desc.size));
-        let usage = wgpu::BufferUsages::from_bits_truncate(desc.usage);
+        let mut usage = wgpu::BufferUsages::from_bits_truncate(desc.usage);
+        if self.moves.is_some() && !mappable(usage) {
+            usage |= wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
+        }
         let validation = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
@@ -259,5 +295,41 @@ impl Backend for WgpuBackend {
 
     fn capacity(&self) -> Option<u64> {
         self.capacity
+    }
+
+    /// Segments of a mappable usage have no `COPY_SRC | COPY_DST` added
+    /// (wgpu allows `MAP_READ` with `COPY_DST` alone): their blocks stay.
+    fn can_move(&self, usage: u32) -> bool {
+        self.moves.is_some() && !mappable(wgpu::BufferUsages::from_bits_truncate(usage))
+    }
+
+    fn move_bytes(
+        &mut self,
+        from: &wgpu::Buffer,
+        from_offset: u64,
+        to: &wgpu::Buffer,
+        to_offset: u64,
+        size: u64,
+    ) {
+        let Some(moves) = &mut self.moves else {
+            unreachable!("the engine moves blocks only when the backend supports moves");
+        };
+        moves
+            .batch
+            .get_or_insert_with(|| {
+                self.device
+                    .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                        label: Some("vrampool moves"),
+                    })
+            })
+            .copy_buffer_to_buffer(from, from_offset, to, to_offset, size);
+    }
+
+    fn flush_moves(&mut self) {
+        if let Some(moves) = &mut self.moves
+            && let Some(batch) = moves.batch.take()
+        {
+            moves.queue.submit([batch.finish()]);
+        }
     }
 }

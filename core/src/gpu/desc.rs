@@ -308,6 +308,7 @@ impl<'a> AllocDesc<'a> {
             exclusive,
             group,
             label: self.label.map(Arc::from),
+            relocatable: false,
         })
     }
 }
