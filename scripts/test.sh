@@ -37,10 +37,11 @@ export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$(mktemp -d)}"
 # examples included (they run as tests).
 WGPU_BACKEND=vulkan cargo test --workspace
 # The GPU suite, the embedding tests and the examples again on wgpu's GL
-# backend (llvmpipe through EGL, surfaceless); the interleaving property runs
+# backend (llvmpipe through EGL, surfaceless), with the moved blocks' copies;
+# the interleaving property runs
 # 20 000 operations there (100 000 on Vulkan above).
 VRAMPOOL_TEST_BACKEND=gl VRAMPOOL_INTERLEAVE_OPS=20000 \
-  cargo test -p vrampool-tests --test gpu --test embedding
+  cargo test -p vrampool-tests --test gpu --test embedding --test relocation
 WGPU_BACKEND=gl cargo test -p vrampool --examples
 cargo build -p vrampool --target wasm32-unknown-unknown
 # Fuzz the trace reader and the engine for a bounded time (FUZZ_SECONDS each).
