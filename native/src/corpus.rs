@@ -21,7 +21,9 @@ use vrampool::trace::{
     DeviceCost, Expandable, ExpandableStats, Foresight, ForesightError, Missed, Replayer,
     RowFigures, Targets, smallest_budget,
 };
-use vrampool::{Config, Engine, Limit, SimulatedDevice, Trace, fmt_bytes, replay};
+use vrampool::{
+    Config, Engine, Limit, SimulatedDevice, Trace, fmt_bytes, replay, replay_relocatable,
+};
 
 use crate::settings::configured;
 use crate::{Common, bar};
@@ -81,6 +83,14 @@ pub struct CorpusArgs {
     /// (the plan's segments become ordinary cache). Not with --min-budget.
     #[arg(long)]
     follow: bool,
+    /// Every tensor of the vrampool policy's replays relocatable
+    /// (`Request::relocatable`): a tensor runtime that reads each tensor's
+    /// place anew for every pass and submits what it recorded on the pool's
+    /// request, so the pool may move live blocks to serve a request from
+    /// memory it holds (`Config::relocate`). The PyTorch preset never moves.
+    /// Not with --follow.
+    #[arg(long)]
+    relocatable: bool,
     /// Simulated device memory in bytes (default: an H200's 141 GiB).
     #[arg(long, default_value_t = 141 << 30)]
     capacity: u64,
@@ -169,6 +179,8 @@ struct Figures {
     peak_reserved_at: u64,
     /// Allocations replayed when live bytes first reached their peak.
     peak_live_at: u64,
+    /// Bytes of live blocks moved (with --relocatable).
+    bytes_moved: u64,
 }
 
 /// The counts over all rows.
@@ -196,6 +208,10 @@ struct Summary {
     /// Estimated H200 device time of the full-size rows, ms.
     device_ms_full_size: f64,
     pytorch_device_ms_full_size: f64,
+    /// Bytes of live blocks the vrampool policy moved, at full size and over
+    /// every row (with --relocatable).
+    bytes_moved_full_size: u64,
+    bytes_moved: u64,
 }
 
 /// The counts of PyTorch with expandable segments over all rows.
@@ -284,7 +300,11 @@ fn figures(
         if let Some(plan) = plan {
             engine.follow(plan, 0)?;
         }
-        let mut r = replay(&mut engine, t, 0);
+        let mut r = if a.relocatable {
+            replay_relocatable(&mut engine, t, 0)
+        } else {
+            replay(&mut engine, t, 0)
+        };
         // The plan's segments are the replay's device allocations too.
         let c = engine.stats().counters;
         r.device_allocs = c.device_allocs - before.device_allocs;
@@ -319,6 +339,7 @@ fn figures(
         device_allocs_at_min: min.map(|m| m.1),
         peak_reserved_at: r.peak_reserved_at.unwrap_or_default(),
         peak_live_at: r.peak_live_at.unwrap_or_default(),
+        bytes_moved: r.bytes_moved,
     })
 }
 
@@ -473,6 +494,12 @@ pub fn command(a: &CorpusArgs, c: &Common) -> Result<ExitCode> {
              --summary and --timeline are for replay"
         );
     }
+    if a.follow && a.relocatable {
+        bail!(
+            "--follow places each request where the plan says, and a plan's blocks never \
+             move: drop --relocatable"
+        );
+    }
     if a.follow && a.min_budget {
         bail!(
             "--follow replays each plan with no limit (the plan is its budget): drop --min-budget"
@@ -613,6 +640,12 @@ fn summarize(rows: &[Row], resize: &[f64], jitter: &[u64], budgets: bool) -> Sum
         expandable: expandable_summary(rows, budgets),
         device_ms_full_size: full_ms(|r| r.vrampool.device_ms),
         pytorch_device_ms_full_size: full_ms(|r| r.pytorch.device_ms),
+        bytes_moved_full_size: rows
+            .iter()
+            .filter(|r| r.scale == 1)
+            .map(|r| r.vrampool.bytes_moved)
+            .sum(),
+        bytes_moved: rows.iter().map(|r| r.vrampool.bytes_moved).sum(),
     }
 }
 
@@ -785,6 +818,15 @@ fn print_table(
         x.vrampool_at_or_below,
         s.rows
     );
+    if s.bytes_moved > 0 {
+        outln!(
+            "relocatable: the vrampool policy moved {} of live blocks over the {} rows, {} at \
+             full size",
+            fmt_bytes(s.bytes_moved),
+            s.rows,
+            fmt_bytes(s.bytes_moved_full_size)
+        );
+    }
     if let Some(f) = &s.foresight {
         outln!(
             "planned with foresight: R {}, A {}, B {}; mean ratio {:.4}; at most {} segments",

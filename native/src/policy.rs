@@ -95,6 +95,10 @@ pub struct Requests {
     /// its encoder every that many operations (`Reuse::AfterSubmit`: a block
     /// dropped before the submit waits for it); 0 frees at once.
     pub submit_every: u64,
+    /// Every request relocatable (`Request::relocatable`): the engine
+    /// policies may move live blocks to make room (vrampool's; PyTorch's
+    /// configuration never moves).
+    pub relocatable: bool,
 }
 
 /// Byte and call counts every policy keeps, in the engine's words.
@@ -118,6 +122,10 @@ pub struct Figures {
     pub bytes_created: u64,
     /// Bytes of the device buffers released.
     pub bytes_released: u64,
+    /// Live blocks moved to make room (relocatable requests only).
+    pub blocks_moved: u64,
+    /// Their bytes.
+    pub bytes_moved: u64,
 }
 
 /// An allocator the replay can drive: core's [`ReplayTarget`] (allocate,
@@ -178,6 +186,7 @@ impl<B: Backend> ReplayTarget for EnginePolicy<B> {
     type Handle = BlockId;
     fn allocate(&mut self, size: u64) -> Result<BlockId, Error> {
         let mut req = Request::new(size, self.requests.usage);
+        req.relocatable = self.requests.relocatable;
         match self.requests.access {
             AccessMode::ReadWrite => {}
             // A fixed hash of the operation number: half the tensors, spread
@@ -188,6 +197,10 @@ impl<B: Backend> ReplayTarget for EnginePolicy<B> {
             AccessMode::Any => req.exclusive = true,
         }
         let r = self.engine.allocate(req);
+        if self.requests.relocatable {
+            // The replay's handles are ids, which a move keeps.
+            self.engine.take_moves();
+        }
         self.op();
         r.map(|a| a.id)
     }
@@ -216,6 +229,8 @@ impl<B: Backend> Policy for EnginePolicy<B> {
             retries: s.counters.alloc_retries,
             bytes_created: s.counters.bytes_created,
             bytes_released: s.counters.bytes_released,
+            blocks_moved: s.counters.blocks_moved,
+            bytes_moved: s.counters.bytes_moved,
         }
     }
     fn empty_cache(&mut self) -> u64 {
@@ -451,6 +466,7 @@ impl Policy for ExpandablePolicy {
             retries: s.retries,
             bytes_created: s.bytes_mapped,
             bytes_released: s.bytes_unmapped,
+            ..Figures::default()
         }
     }
     fn empty_cache(&mut self) -> u64 {

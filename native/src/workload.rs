@@ -121,6 +121,8 @@ fn train(pool: &Pool, cfg: MlpConfig, steps: u32, c: &Common) -> Result<Run> {
                     retries: st.counters.alloc_retries,
                     bytes_created: st.counters.bytes_created,
                     bytes_released: st.counters.bytes_released,
+                    blocks_moved: st.counters.blocks_moved,
+                    bytes_moved: st.counters.bytes_moved,
                 },
             });
         }

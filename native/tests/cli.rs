@@ -324,6 +324,55 @@ fn corpus_plans_each_row_with_foresight_on_request() {
 }
 
 #[test]
+fn corpus_moves_relocatable_tensors_on_request() {
+    // lstm_train ÷16 peaks above the no-limit bound (1.151 ×); with every
+    // tensor relocatable the pool moves live blocks instead and holds less,
+    // within the bound, while the PyTorch preset's figures stay the same.
+    let t = trace("lstm_train");
+    let args = ["corpus", "--scales", "16"];
+    let plain = json(vrampool().args(args).arg(&t));
+    let moved = json(vrampool().args(args).arg("--relocatable").arg(&t));
+    let (p, m) = (&plain["rows"][0], &moved["rows"][0]);
+    assert!(p["missed"]["reserved"].as_bool().unwrap(), "{p}");
+    assert!(!m["missed"]["reserved"].as_bool().unwrap(), "{m}");
+    assert!(f(&m["vrampool"]["ratio"]) < f(&p["vrampool"]["ratio"]));
+    assert_eq!(p["vrampool"]["bytes_moved"], 0);
+    assert!(m["vrampool"]["bytes_moved"].as_u64().unwrap() > 0);
+    assert_eq!(m["pytorch"], p["pytorch"]);
+    assert_eq!(
+        moved["summary"]["bytes_moved"],
+        m["vrampool"]["bytes_moved"]
+    );
+    // replay says the same, and moves nothing without the flag.
+    let replayed = json(
+        vrampool()
+            .args(["replay", "--simulate", "--scale", "16", "--relocatable"])
+            .arg(&t),
+    );
+    let r = &replayed.as_array().unwrap()[0]["report"];
+    assert_eq!(r["peak_reserved"], m["vrampool"]["peak_reserved"]);
+    assert_eq!(r["bytes_moved"], m["vrampool"]["bytes_moved"]);
+    let still = json(
+        vrampool()
+            .args(["replay", "--simulate", "--scale", "16"])
+            .arg(&t),
+    );
+    assert_eq!(still.as_array().unwrap()[0]["report"]["bytes_moved"], 0);
+    // The table says what moved.
+    let out = vrampool()
+        .args(args)
+        .arg("--relocatable")
+        .arg(&t)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("relocatable: the vrampool policy moved"),
+        "{text}"
+    );
+}
+
+#[test]
 fn follow_replays_a_trace_as_its_own_plan_places_it() {
     // resnet_train ÷64 run again as recorded: the plan's reserved bytes and
     // segments, in corpus and replay alike, within every target.
@@ -794,6 +843,16 @@ fn bad_requests_are_refused() {
         &["corpus", "--follow", "--min-budget", &t],
         &[],
         "drop --min-budget",
+    );
+    refuses(
+        &["corpus", "--follow", "--relocatable", &t],
+        &[],
+        "a plan's blocks never move: drop --relocatable",
+    );
+    refuses(
+        &["replay", "--simulate", "--follow", "--relocatable", &t],
+        &[],
+        "never moves it: drop --relocatable",
     );
     refuses(
         &["replay", "--simulate", "--follow", "--budget", "1.5x", &t],

@@ -40,6 +40,9 @@ for t in ${TRACES:-$(ls -S -r data/traces/*.csv.gz data/traces/heldout/*.csv.gz)
     # `follow` is the vrampool policy following each trace's own static plan
     # (replay --follow: the workload run again exactly as it was recorded).
     elif [ $p0 = follow ]; then bin=$B; pol=vrampool; extra+=(--follow);
+    # `relocatable` is the vrampool policy with every tensor relocatable
+    # (replay --relocatable: live blocks moved with copy_buffer_to_buffer).
+    elif [ $p0 = relocatable ]; then bin=$B; pol=vrampool; extra+=(--relocatable);
     elif [ $p0 = ceiling ]; then
       [ -z "${LIMIT:-}" ] && { echo "a ceiling run needs LIMIT (e.g. 1.5x)" >> $OUT/log.txt; continue; }
       bin=$B; pol=vrampool; extra+=(--ceiling);

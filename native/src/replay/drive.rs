@@ -234,6 +234,8 @@ fn drive<P: Policy>(
             // Peaks are read at samples here, not at every operation.
             peak_reserved_at: None,
             peak_live_at: None,
+            blocks_moved: f.blocks_moved - before.blocks_moved,
+            bytes_moved: f.bytes_moved - before.bytes_moved,
         },
         samples,
         summary,

@@ -84,6 +84,15 @@ pub struct ReplayArgs {
     /// timed replay and counted with it. Not with --budget or --min-budget.
     #[arg(long)]
     follow: bool,
+    /// Every tensor relocatable (`Request::relocatable`): a tensor runtime
+    /// that reads each tensor's place anew for every pass and submits what
+    /// it recorded before the pool asks for more memory, so the vrampool
+    /// policy may move live blocks to serve a request from memory it holds
+    /// (`Config::relocate`); on a GPU the copies are `copy_buffer_to_buffer`
+    /// on the queue, inside the timed replay (`WgpuBackend::with_moves`).
+    /// The JSON report counts the bytes moved. Not with --follow.
+    #[arg(long)]
+    relocatable: bool,
 }
 
 enum Budget {
@@ -158,6 +167,11 @@ pub fn command(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
              --policy (or use --compare)"
         );
     }
+    if a.follow && a.relocatable {
+        bail!(
+            "--follow places each tensor where the plan says, and never moves it: drop --relocatable"
+        );
+    }
     if a.follow && (a.budget.is_some() || a.min_budget) {
         bail!(
             "--follow replays the trace's own plan with no limit: the plan is its budget; drop \
@@ -223,6 +237,7 @@ pub fn command(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
         usage: vrampool::READ_WRITE_USAGE.bits(),
         access: a.access,
         submit_every: a.submit_every,
+        relocatable: a.relocatable,
     };
     let limit_kind = if a.ceiling {
         LimitKind::Ceiling
@@ -276,7 +291,11 @@ pub fn command(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
                     one_run(job, &mut make, a.min_budget, &pb, &mut |_| {})?
                 }
                 Target::Gpu {
-                    device, bus, index, ..
+                    device,
+                    queue,
+                    bus,
+                    index,
+                    ..
                 } => {
                     let smi = || {
                         if a.nvidia_smi {
@@ -313,7 +332,14 @@ pub fn command(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
                                 .map(|r| (0, r.total_allocated_bytes, r.total_reserved_bytes));
                         }
                     };
-                    let mut make = || Ok(WgpuBackend::new(device, None));
+                    let mut make = || {
+                        let backend = WgpuBackend::new(device, None);
+                        Ok(if a.relocatable {
+                            backend.with_moves(queue)
+                        } else {
+                            backend
+                        })
+                    };
                     let out = one_run(job, &mut make, a.min_budget, &pb, &mut probe)?;
                     view = DriverView {
                         nvidia_smi: a
