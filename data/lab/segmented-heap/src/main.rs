@@ -325,32 +325,7 @@ impl Heap {
                         self.release_seg(i);
                     }
                     if self.p.evac && !small && self.p.submit_every == 0 {
-                        while self.reserved + segsize > target {
-                            let mut c: Vec<(u64, u32)> = self
-                                .segs
-                                .iter()
-                                .enumerate()
-                                .filter_map(|(i, s)| match s {
-                                    Some(s) if !s.small && s.live > 0 => Some((
-                                        s.blocks.values().filter(|b| !b.1).map(|b| b.0).sum(),
-                                        i as u32,
-                                    )),
-                                    _ => None,
-                                })
-                                .collect();
-                            c.sort_unstable();
-                            let mut done = false;
-                            for (_, i) in c {
-                                if self.evacuate(i) {
-                                    self.release_seg(i);
-                                    done = true;
-                                    break;
-                                }
-                            }
-                            if !done {
-                                break;
-                            }
-                        }
+                        while self.reserved + segsize > target && self.release_sparsest() {}
                     }
                 }
             }
@@ -363,32 +338,36 @@ impl Heap {
     /// while more than `slack` × the high water is reserved and not live.
     pub fn submit_point(&mut self) {
         let keep = (self.p.slack * self.high_water as f64) as u64;
-        while self.reserved.saturating_sub(self.live_bytes) > keep.max(self.p.floor) {
-            let mut c: Vec<(u64, u32)> = self
-                .segs
-                .iter()
-                .enumerate()
-                .filter_map(|(i, s)| match s {
-                    Some(s) if !s.small => Some((
-                        s.blocks.values().filter(|b| !b.1).map(|b| b.0).sum(),
-                        i as u32,
-                    )),
-                    _ => None,
-                })
-                .collect();
-            c.sort_unstable();
-            let mut done = false;
-            for (_, i) in c {
-                if self.evacuate(i) {
-                    self.release_seg(i);
-                    done = true;
-                    break;
-                }
-            }
-            if !done {
-                break;
+        while self.reserved.saturating_sub(self.live_bytes) > keep.max(self.p.floor)
+            && self.release_sparsest()
+        {}
+    }
+
+    /// Empties by moves the heap segment with the fewest live bytes whose
+    /// blocks fit elsewhere (one with none at once) and releases it; `false`
+    /// if none could be. (Under the headroom the segments with no live block
+    /// were released before, so only partly live ones are left there.)
+    fn release_sparsest(&mut self) -> bool {
+        let mut c: Vec<(u64, u32)> = self
+            .segs
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| match s {
+                Some(s) if !s.small => Some((
+                    s.blocks.values().filter(|b| !b.1).map(|b| b.0).sum(),
+                    i as u32,
+                )),
+                _ => None,
+            })
+            .collect();
+        c.sort_unstable();
+        for (_, i) in c {
+            if self.evacuate(i) {
+                self.release_seg(i);
+                return true;
             }
         }
+        false
     }
 
     fn pinned(&self, seg: u32, off: u64) -> bool {
