@@ -127,6 +127,14 @@ pub struct Counters {
     pub bytes_moved: u64,
 }
 
+impl Counters {
+    /// Batches of moves: each relocation or evacuation copies its blocks
+    /// in one command buffer ([`Backend::flush_moves`](crate::Backend::flush_moves)).
+    pub fn move_batches(&self) -> u64 {
+        self.relocations + self.evacuations
+    }
+}
+
 /// Per-pool figures: which usage the pool serves and its stats.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PoolReport {

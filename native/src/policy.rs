@@ -126,6 +126,8 @@ pub struct Figures {
     pub blocks_moved: u64,
     /// Their bytes.
     pub bytes_moved: u64,
+    /// Batches of moves, one command buffer each.
+    pub move_batches: u64,
 }
 
 /// An allocator the replay can drive: core's [`ReplayTarget`] (allocate,
@@ -231,6 +233,7 @@ impl<B: Backend> Policy for EnginePolicy<B> {
             bytes_released: s.counters.bytes_released,
             blocks_moved: s.counters.blocks_moved,
             bytes_moved: s.counters.bytes_moved,
+            move_batches: s.counters.move_batches(),
         }
     }
     fn empty_cache(&mut self) -> u64 {

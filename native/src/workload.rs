@@ -123,6 +123,7 @@ fn train(pool: &Pool, cfg: MlpConfig, steps: u32, c: &Common) -> Result<Run> {
                     bytes_released: st.counters.bytes_released,
                     blocks_moved: st.counters.blocks_moved,
                     bytes_moved: st.counters.bytes_moved,
+                    move_batches: st.counters.move_batches(),
                 },
             });
         }

@@ -301,6 +301,11 @@ pub struct ReplayReport {
     /// Their bytes: what the device copied.
     #[serde(default)]
     pub bytes_moved: u64,
+    /// Batches of moves, each one command buffer submitted: the
+    /// relocations and evacuations (`Counters::relocations`,
+    /// `Counters::evacuations`).
+    #[serde(default)]
+    pub move_batches: u64,
 }
 
 /// Replays `trace` through `engine`, allocating with `usage`. Allocations the
@@ -403,6 +408,7 @@ fn replay_through<B: Backend>(
         peak_live_at: Some(peak_live_at),
         blocks_moved: c.blocks_moved - before.blocks_moved,
         bytes_moved: c.bytes_moved - before.bytes_moved,
+        move_batches: c.move_batches() - before.move_batches(),
     }
 }
 

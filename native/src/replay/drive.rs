@@ -236,6 +236,7 @@ fn drive<P: Policy>(
             peak_live_at: None,
             blocks_moved: f.blocks_moved - before.blocks_moved,
             bytes_moved: f.bytes_moved - before.bytes_moved,
+            move_batches: f.move_batches - before.move_batches,
         },
         samples,
         summary,
