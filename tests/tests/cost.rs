@@ -161,3 +161,102 @@ fn the_cost_model_is_the_fit_of_the_h200_replays() {
     assert!(fit < 0.7 * fit_without, "{fit} vs {fit_without}");
     assert!(held < 0.8 * held_without, "{held} vs {held_without}");
 }
+
+/// One replay of `data/h200/984bdca-relocatable-replays-*.jsonl`: what the
+/// model sees, with the blocks and MiB moved, and its wall time.
+struct Moving {
+    replay: Replay,
+    blocks_moved: f64,
+    mib_moved: f64,
+}
+
+/// Every no-limit replay of the relocatable files: ÷1 three times and ÷16,
+/// ÷64 once, each trace with the PyTorch preset, the default and the default
+/// with every tensor relocatable (the `relocatable` run, the only one that
+/// moves).
+fn moving_replays() -> Vec<Moving> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../data/h200");
+    let mut out = Vec::new();
+    for name in ["0", "1", "2", "scaled"] {
+        let path = dir.join(format!("984bdca-relocatable-replays-{name}.jsonl"));
+        let text =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        for line in text.lines().filter(|l| l.starts_with('[')) {
+            let rows: Vec<Value> = serde_json::from_str(line).expect("a JSON array per line");
+            for j in rows.iter().filter(|j| j["limit"].is_null()) {
+                let r = &j["report"];
+                let n = |v: &Value| v.as_f64().expect("a number");
+                out.push(Moving {
+                    replay: Replay {
+                        creates: n(&r["device_allocs"]),
+                        destroys: n(&r["device_frees"]),
+                        created_mib: n(&r["segment_bytes_created"]) / MIB,
+                        released_mib: n(&r["segment_bytes_released"]) / MIB,
+                        ops: n(&r["allocs"]) + n(&r["frees"]),
+                        ms: n(&r["elapsed_ns"]) / 1e6,
+                    },
+                    blocks_moved: n(&r["blocks_moved"]),
+                    mib_moved: n(&r["bytes_moved"]) / MIB,
+                });
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn the_move_terms_are_the_fit_of_the_relocatable_replays() {
+    let rs = moving_replays();
+    assert_eq!(rs.len(), 315);
+    assert!(rs.iter().filter(|m| m.blocks_moved > 0.0).count() >= 90);
+    let model = DeviceCost::H200_VULKAN;
+    // What the model's create and release terms leave of each wall time.
+    let rest: Vec<f64> = rs
+        .iter()
+        .map(|m| {
+            let r = &m.replay;
+            r.ms - fixed_ms(r)
+                - (model.per_mib_created_us * r.created_mib
+                    + model.per_mib_released_us * r.released_mib)
+                    / 1e3
+        })
+        .collect();
+    let with: Vec<Vec<f64>> = rs
+        .iter()
+        .map(|m| vec![m.replay.ops, m.blocks_moved, m.mib_moved])
+        .collect();
+    let c = least_squares(&with, &rest);
+    let (block_us, mib_us) = (c[1] * 1e3, c[2] * 1e3);
+    let without: Vec<Vec<f64>> = rs.iter().map(|m| vec![m.replay.ops]).collect();
+    let d = least_squares(&without, &rest);
+    let err = |predict: &dyn Fn(usize) -> f64| {
+        (rest
+            .iter()
+            .enumerate()
+            .map(|(i, y)| (predict(i) - y).powi(2))
+            .sum::<f64>()
+            / rest.len() as f64)
+            .sqrt()
+    };
+    let fit = err(&|i| {
+        c[0] * rs[i].replay.ops
+            + model.moves_ms(rs[i].blocks_moved as u64, (rs[i].mib_moved * MIB) as u64)
+    });
+    let fit_without = err(&|i| d[0] * rs[i].replay.ops);
+    println!(
+        "moves: {block_us:.2} us per block, {mib_us:.3} us per MiB; rms error {fit:.1} ms \
+         (without the move terms {fit_without:.1})"
+    );
+    assert!(
+        (block_us - model.per_block_moved_us).abs() < 0.1,
+        "the fit says {block_us:.2} us per block moved, the model {}",
+        model.per_block_moved_us
+    );
+    assert!(
+        (mib_us - model.per_mib_moved_us).abs() < 0.01,
+        "the fit says {mib_us:.3} us per MiB moved, the model {}",
+        model.per_mib_moved_us
+    );
+    // Moves are not free: the model with them predicts better.
+    assert!(fit < 0.97 * fit_without, "{fit} vs {fit_without}");
+}

@@ -8,7 +8,9 @@ use serde::{Deserialize, Serialize};
 use super::ReplayReport;
 
 /// The cost of device memory calls: a fixed part per buffer created and per
-/// buffer destroyed, a part per MiB created and a part per MiB destroyed.
+/// buffer destroyed, a part per MiB created and a part per MiB destroyed;
+/// and of moving live blocks ([`Request::relocatable`](crate::Request::relocatable)):
+/// a part per block copied and a part per MiB copied.
 ///
 /// ```
 /// use vrampool::trace::DeviceCost;
@@ -30,6 +32,11 @@ pub struct DeviceCost {
     pub per_destroy_us: f64,
     /// Microseconds per MiB of buffer destroyed.
     pub per_mib_released_us: f64,
+    /// Microseconds per live block moved (one `copy_buffer_to_buffer`, and
+    /// its share of the command buffer that carries it).
+    pub per_block_moved_us: f64,
+    /// Microseconds per MiB moved.
+    pub per_mib_moved_us: f64,
 }
 
 impl DeviceCost {
@@ -42,12 +49,18 @@ impl DeviceCost {
     /// and `cost-replays-*`; the test `the_cost_model_is_the_fit_of_the_h200_replays`
     /// redoes the fit). `bench` times the two halves apart on large buffers:
     /// 24.8 and 21.1 µs per MiB at 256 MiB (four at once), 25.9 and 26.5 at
-    /// 1 GiB.
+    /// 1 GiB. Moves: 10.9 µs per block and 0.88 µs per MiB, the fit (with
+    /// the parts above held) to 315 replays with and without moves
+    /// (`data/h200/984bdca-relocatable-replays-*`; the test
+    /// `the_move_terms_are_the_fit_of_the_relocatable_replays`). A weak
+    /// signal: the moves explain 5% of those replays' error.
     pub const H200_VULKAN: DeviceCost = DeviceCost {
         per_create_us: 1.0,
         per_mib_created_us: 21.9,
         per_destroy_us: 1.0,
         per_mib_released_us: 18.4,
+        per_block_moved_us: 10.9,
+        per_mib_moved_us: 0.88,
     };
 
     /// Milliseconds that `creates` buffers of `bytes_created` bytes in all,
@@ -67,16 +80,30 @@ impl DeviceCost {
             / 1000.0
     }
 
-    /// The device time a replay's segment creations and releases would take
-    /// (the releases during the replay: what `segment_bytes_released`
-    /// counts, not the final `empty_cache`).
+    /// Milliseconds that moving `blocks` live blocks of `bytes` bytes in
+    /// all would take.
+    ///
+    /// ```
+    /// use vrampool::trace::DeviceCost;
+    /// let h200 = DeviceCost::H200_VULKAN;
+    /// // Moving one 64 MiB block costs less than creating a 64 MiB segment.
+    /// assert!(h200.moves_ms(1, 64 << 20) < h200.estimate_ms(1, 64 << 20, 0, 0) / 10.0);
+    /// ```
+    pub fn moves_ms(&self, blocks: u64, bytes: u64) -> f64 {
+        let mib = bytes as f64 / (1u64 << 20) as f64;
+        (blocks as f64 * self.per_block_moved_us + mib * self.per_mib_moved_us) / 1000.0
+    }
+
+    /// The device time a replay's segment creations and releases, and its
+    /// moves, would take (the releases during the replay: what
+    /// `segment_bytes_released` counts, not the final `empty_cache`).
     pub fn of_replay(&self, r: &ReplayReport) -> f64 {
         self.estimate_ms(
             r.device_allocs,
             r.segment_bytes_created,
             r.device_frees,
             r.segment_bytes_released,
-        )
+        ) + self.moves_ms(r.blocks_moved, r.bytes_moved)
     }
 }
 
