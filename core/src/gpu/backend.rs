@@ -124,8 +124,8 @@ impl WgpuBackend {
     /// relocatable block's place before it asks for more memory, or pinned
     /// the block ([`Engine::set_relocatable`](crate::Engine::set_relocatable)).
     /// Segments of a usage that is not mappable are made with `COPY_SRC |
-    /// COPY_DST` added, which a copy needs. The wgpu binding's
-    /// [`Pool`](crate::Pool) does not use it: its handles keep their place.
+    /// COPY_DST` added, which a copy needs. [`Pool`](crate::Pool) builds its
+    /// backend with it; only its [`MovableBuffer`](crate::MovableBuffer)s move.
     pub fn with_moves(mut self, queue: &wgpu::Queue) -> Self {
         self.moves = Some(Moves {
             queue: queue.clone(),

@@ -8,6 +8,8 @@
 //! - `desc.rs` — [`AllocDesc`], [`Access`], [`Sharing`]: description → engine request.
 //! - `pool.rs` — [`Pool`], [`PoolOptions`], [`Reuse`]: allocation, submits, figures.
 //! - `handle.rs` — [`PoolBuffer`], [`WeakBuffer`], [`BufferBlock`].
+//! - `movable.rs` — [`MovableBuffer`], [`Place`]: blocks the pool may move,
+//!   pinned where they are from a place read to the next submit.
 //! - `front.rs` — the front cache: blocks dropped by a thread, handed to its
 //!   next request of the same description without the engine's lock.
 //! - `usage.rs` — [`BindingUse`]: checking a pass's bindings before wgpu does.
@@ -19,6 +21,7 @@ mod backend;
 mod desc;
 mod front;
 mod handle;
+mod movable;
 mod pool;
 mod scope;
 mod usage;
@@ -28,6 +31,7 @@ pub use desc::{Access, AllocDesc, GPU_USAGE, READ_WRITE_USAGE, Sharing};
 #[doc(hidden)]
 pub use front::pin_thread_shard;
 pub use handle::{BufferBlock, PoolBuffer, WeakBuffer};
+pub use movable::{MovableBuffer, Place};
 pub use pool::{Pool, PoolOptions, Reuse};
 pub use scope::{Scope, ScopeReport, ScopedBuffer};
 pub use usage::{BindingUse, BlockUse};
@@ -63,4 +67,5 @@ const _: () = {
     assert_send_sync::<Pool>();
     assert_send_sync::<PoolBuffer>();
     assert_send_sync::<WeakBuffer>();
+    assert_send_sync::<MovableBuffer>();
 };

@@ -25,6 +25,7 @@ use super::desc::{
 };
 use super::front::{Drain, FrontCache, FrontRef, Key, Parked};
 use super::handle::{BufferBlock, PoolBuffer};
+use super::movable::{MovableBuffer, Movables};
 use super::scope::{Scope, ScopeReport};
 
 /// How to build a [`Pool`].
@@ -106,7 +107,12 @@ pub(super) struct Inner {
     widen_usage: bool,
     mappable_primary: bool,
     /// Blocks dropped and not yet handed back to the engine (see front.rs).
-    front: FrontRef,
+    pub(super) front: FrontRef,
+    /// The movable blocks' places (see movable.rs).
+    movables: Mutex<Movables>,
+    /// Some movable block was pinned since the last unpinning (set under
+    /// the engine's and the table's locks, cleared under both).
+    pub(super) movables_pinned: AtomicBool,
     /// `PoolOptions::front_cache`.
     front_enabled: bool,
     /// The pool records (`start_recording`): the front cache is closed.
@@ -140,6 +146,12 @@ impl Inner {
         // A panic while the lock was held cannot leave the engine half-updated in
         // a way that matters more than losing the pool, so recover the guard.
         self.engine.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The table of movable blocks; taken with the engine's lock held, or
+    /// alone (never the engine's lock while it is held).
+    pub(super) fn movables(&self) -> MutexGuard<'_, Movables> {
+        self.movables.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The engine with every block of the front cache handed back and every
@@ -326,7 +338,8 @@ impl Pool {
             // The preallocation serves read-write blocks: a tensor library's.
             config.default_usage = READ_WRITE_USAGE.bits();
         }
-        let mut backend = WgpuBackend::new(&device, config.capacity);
+        // Moves only ever touch blocks allocated movable (`Pool::alloc_movable`).
+        let mut backend = WgpuBackend::new(&device, config.capacity).with_moves(&queue);
         if let Some(faults) = options.faults {
             backend = backend.with_faults(faults);
         }
@@ -352,6 +365,8 @@ impl Pool {
                 widen_usage: options.widen_usage,
                 mappable_primary,
                 front: FrontCache::lend(options.reuse, options.front_cache),
+                movables: Mutex::default(),
+                movables_pinned: AtomicBool::new(false),
                 front_enabled: options.front_cache,
                 recording: AtomicBool::new(false),
                 following: AtomicBool::new(false),
@@ -405,13 +420,18 @@ impl Pool {
 
     /// Clears a reused block's bytes, at once on the queue.
     fn zero(&self, block: &BufferBlock) {
+        self.clear(&block.buffer, block.offset, block.block_size);
+    }
+
+    /// Clears `size` bytes of `buffer` from `offset`, at once on the queue.
+    fn clear(&self, buffer: &wgpu::Buffer, offset: u64, size: u64) {
         let mut enc = self
             .inner
             .device
             .create_command_encoder(&wgpu::CommandEncoderDescriptor {
                 label: Some("vrampool zero-on-reuse"),
             });
-        enc.clear_buffer(&block.buffer, block.offset, Some(block.block_size));
+        enc.clear_buffer(buffer, offset, Some(size));
         self.inner.queue.submit([enc.finish()]);
     }
 
@@ -493,18 +513,77 @@ impl Pool {
             return Ok(hit);
         }
         let req = self.request(&desc)?;
-        let mut engine = self.inner.engine_mine();
-        let a = match engine.allocate_cached(&req) {
-            Some(a) => a,
-            None => {
-                // A segment would be made: first every block other threads parked.
-                self.inner.hand_back_all(&mut engine);
-                let a = engine.allocate(req.clone());
-                self.inner.note_follow_end(&engine);
-                a?
-            }
-        };
+        let (engine, a) = self.allocate_native(&req)?;
         Ok(self.wrap(&engine, a, &desc, &req))
+    }
+
+    /// The engine's allocation for `req`, natively: its cache, then (with
+    /// every parked block handed back) a segment; moved blocks' handles told.
+    #[cfg(not(target_arch = "wasm32"))]
+    fn allocate_native(
+        &self,
+        req: &Request,
+    ) -> Result<(MutexGuard<'_, Engine<WgpuBackend>>, Allocation)> {
+        let mut engine = self.inner.engine_mine();
+        if let Some(a) = engine.allocate_cached(req) {
+            return Ok((engine, a));
+        }
+        // A segment would be made: first every block other threads parked.
+        self.inner.hand_back_all(&mut engine);
+        let a = engine.allocate(req.clone());
+        self.inner.apply_moves(&mut engine);
+        self.inner.note_follow_end(&engine);
+        Ok((engine, a?))
+    }
+
+    /// Allocates a buffer range the pool may move while it is live, to make
+    /// room for a later request instead of making a segment: see
+    /// [`MovableBuffer`] for what that asks of the caller (read its place for
+    /// every pass; the place holds until the pool learns of the next submit).
+    /// Zeroed on request as [`Pool::alloc`]'s are; mappable usages never move.
+    ///
+    /// ```no_run
+    /// # fn demo(pool: &vrampool::Pool) -> Result<(), vrampool::Error> {
+    /// use vrampool::AllocDesc;
+    /// let kv = pool.alloc_movable(AllocDesc::storage(32 << 20).read_write().label("kv"))?;
+    /// let place = kv.place(); // where to bind it in this frame's passes
+    /// # let _ = place; Ok(()) }
+    /// ```
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn alloc_movable(&self, desc: AllocDesc<'_>) -> Result<MovableBuffer> {
+        let mut req = self.request(&desc)?;
+        req.relocatable = true;
+        let (engine, a) = self.allocate_native(&req)?;
+        Ok(self.wrap_movable(&engine, a, &desc, &req))
+    }
+
+    /// A movable allocation's handle, its bytes cleared if asked and reused.
+    fn wrap_movable(
+        &self,
+        engine: &Engine<WgpuBackend>,
+        a: Allocation,
+        desc: &AllocDesc<'_>,
+        req: &Request,
+    ) -> MovableBuffer {
+        if a.fresh {
+            self.warn_if_never_submitted(engine);
+        }
+        let fresh = a.fresh;
+        let (buffer, offset, block_size) = (
+            engine
+                .segment_payload(a.segment)
+                .expect("a new block's segment exists")
+                .clone(),
+            a.offset,
+            a.size,
+        );
+        let handle = self
+            .inner
+            .wrap_movable(engine, a, req.size, req.label.clone());
+        if desc.zeroed && !fresh {
+            self.clear(&buffer, offset, block_size);
+        }
+        handle
     }
 
     /// Allocates a buffer range, awaiting the device's error scopes: the way to
@@ -518,19 +597,39 @@ impl Pool {
             return Ok(hit);
         }
         let req = self.request(&desc)?;
+        let (engine, a) = self.allocate_async(&req).await?;
+        Ok(self.wrap(&engine, a, &desc, &req))
+    }
+
+    /// [`Pool::alloc_movable`], awaiting the device's error scopes as
+    /// [`Pool::alloc_async`] does: the way to allocate one in the browser.
+    pub async fn alloc_movable_async(&self, desc: AllocDesc<'_>) -> Result<MovableBuffer> {
+        let mut req = self.request(&desc)?;
+        req.relocatable = true;
+        let (engine, a) = self.allocate_async(&req).await?;
+        Ok(self.wrap_movable(&engine, a, &desc, &req))
+    }
+
+    /// The engine's allocation for `req`, one device answer awaited at a
+    /// time (see [`Pool::alloc_async`]); moved blocks' handles told.
+    async fn allocate_async(
+        &self,
+        req: &Request,
+    ) -> Result<(MutexGuard<'_, Engine<WgpuBackend>>, Allocation)> {
         // One allocation at a time waits for the device (the engine counts
         // the plan against the limits meanwhile).
         let _gate = self.inner.alloc_gate.lock().await;
         let plan = {
             let mut engine = self.inner.engine_mine();
-            if let Some(a) = engine.allocate_cached(&req) {
-                return Ok(self.wrap(&engine, a, &desc, &req));
+            if let Some(a) = engine.allocate_cached(req) {
+                return Ok((engine, a));
             }
             self.inner.hand_back_all(&mut engine);
             let planned = engine.plan(req.clone());
+            self.inner.apply_moves(&mut engine);
             self.inner.note_follow_end(&engine);
             match planned? {
-                Planned::Hit(a) => return Ok(self.wrap(&engine, a, &desc, &req)),
+                Planned::Hit(a) => return Ok((engine, a)),
                 Planned::Create(plan) => plan,
             }
         };
@@ -558,7 +657,7 @@ impl Pool {
             match outcome {
                 Ok(()) => {
                     let a = engine.commit(plan.take(), buffer);
-                    return Ok(self.wrap(&engine, a, &desc, &req));
+                    return Ok((engine, a));
                 }
                 Err(refusal) => {
                     engine.backend().discard(buffer, counted);
@@ -634,6 +733,9 @@ impl Pool {
         }
         if self.inner.engine_deferred.load(Ordering::Acquire) {
             self.inner.reclaim(&mut self.inner.engine());
+        }
+        if self.inner.any_pinned() {
+            self.inner.unpin_movables(&mut self.inner.engine());
         }
     }
 

@@ -1,0 +1,311 @@
+//! [`MovableBuffer`]: a pool block the engine may move while it is live
+//! ([`Request::relocatable`](crate::Request::relocatable)), and the
+//! [`Place`] a pass binds it at.
+//!
+//! Commands recorded in an encoder run only at submit, so a block's place
+//! must not change between the moment a pass is recorded with it and the
+//! submit that runs the pass: the copy a move submits would run first, and
+//! the request served from the old place would overwrite it. The rule that
+//! keeps this by construction: reading a block's place pins it until the
+//! pool next learns of a submit ([`Pool::submit`](crate::Pool::submit) or
+//! [`Pool::submitted`](crate::Pool::submitted)), the same promise deferred
+//! frees rest on. A block nobody read since then has no recorded command
+//! that uses it (recording needs its place), so it may move; its copy is
+//! submitted at once, ahead of every command recorded after, which read the
+//! new place.
+//!
+//! Architecture invariant: a block moves only inside an allocation, under
+//! the engine's lock, and its handle's place is updated before that lock
+//! is released; the lock order is engine → movables → a handle's place.
+
+// On wasm32 wgpu's types are neither Send nor Sync (see pool.rs).
+#![cfg_attr(target_arch = "wasm32", allow(clippy::arc_with_non_send_sync))]
+
+use std::collections::HashMap;
+use std::num::NonZeroU64;
+use std::ops::Range;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, Weak};
+
+use crate::engine::Engine;
+use crate::types::{BlockId, SegmentId};
+
+use super::backend::WgpuBackend;
+use super::pool::Inner;
+
+/// Where a [`MovableBuffer`] is now: its buffer and range, and how to bind
+/// it. Valid for the commands recorded until the pool next learns of a
+/// submit; read it again (with [`MovableBuffer::place`]) for every pass after.
+#[derive(Debug, Clone)]
+pub struct Place {
+    buffer: wgpu::Buffer,
+    offset: u64,
+    size: u64,
+}
+
+impl Place {
+    /// The segment's buffer; the block is `offset()..offset() + size()` of it.
+    pub fn buffer(&self) -> &wgpu::Buffer {
+        &self.buffer
+    }
+    /// Offset in the buffer.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+    /// Size of the range (the request rounded up to 4 bytes).
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+    /// The byte range in the buffer.
+    pub fn range(&self) -> Range<u64> {
+        self.offset..self.offset + self.size
+    }
+    /// A slice of the range, for copies and vertex or index binding.
+    pub fn slice(&self) -> wgpu::BufferSlice<'_> {
+        self.buffer.slice(self.range())
+    }
+    /// A `BufferBinding` of the range.
+    pub fn buffer_binding(&self) -> wgpu::BufferBinding<'_> {
+        wgpu::BufferBinding {
+            buffer: &self.buffer,
+            offset: self.offset,
+            size: NonZeroU64::new(self.size),
+        }
+    }
+    /// A `BindingResource` of the range, for a bind group entry.
+    pub fn binding(&self) -> wgpu::BindingResource<'_> {
+        wgpu::BindingResource::Buffer(self.buffer_binding())
+    }
+}
+
+/// Where a movable block is, as its handle knows it.
+struct At {
+    buffer: wgpu::Buffer,
+    segment: SegmentId,
+    offset: u64,
+    /// Read since the pool last learned of a submit: the engine may not move it.
+    pinned: bool,
+}
+
+/// A handle's place, shared with the pool's table of movable blocks (which
+/// holds no handle, so a move never ends up dropping a block's last one
+/// under the engine's lock).
+type SharedAt = Arc<Mutex<At>>;
+
+fn lock(at: &SharedAt) -> std::sync::MutexGuard<'_, At> {
+    at.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The block a [`MovableBuffer`] holds.
+pub(super) struct MovableBlock {
+    pool: Weak<Inner>,
+    id: BlockId,
+    size: u64,
+    label: Option<Arc<str>>,
+    at: SharedAt,
+}
+
+impl MovableBlock {
+    fn at(&self) -> std::sync::MutexGuard<'_, At> {
+        lock(&self.at)
+    }
+}
+
+/// A strong handle to a pool block that the pool may move to make room for
+/// another request instead of making a segment (the engine's
+/// [`Request::relocatable`](crate::Request::relocatable); BENCHMARKS.md,
+/// "Relocatable blocks"). It has no fixed buffer: [`MovableBuffer::place`]
+/// says where it is and pins it there until the pool next learns of a submit.
+/// The block returns to the pool when the handle drops, as a
+/// [`PoolBuffer`](crate::PoolBuffer)'s does (pending until a submit covers
+/// the drop, under [`Reuse::AfterSubmit`](crate::Reuse::AfterSubmit)).
+///
+/// Only blocks of shared buffers move (`Access::ReadOnly` or
+/// `Access::ReadWrite`; `Access::Any` storage has a buffer of its own), never
+/// a mappable one, never under a budget or while the pool records or follows
+/// a plan. A bind group made from a place holds it: make bind groups for
+/// each frame's passes (as a tensor runtime does per dispatch), not once for
+/// the program.
+///
+/// ```no_run
+/// # fn frame(pool: &vrampool::Pool) -> Result<(), vrampool::Error> {
+/// use vrampool::AllocDesc;
+/// let weights = pool.alloc_movable(AllocDesc::storage(64 << 20).read_only())?;
+/// let encoder = pool.device().create_command_encoder(&Default::default());
+/// let at = weights.place(); // pinned from here to the submit below
+/// pool.queue().write_buffer(at.buffer(), at.offset(), &[0u8; 256]);
+/// // ... bind at.binding() in this frame's bind groups, record the passes ...
+/// pool.submit([encoder.finish()]); // from here the pool may move it again
+/// # Ok(()) }
+/// ```
+pub struct MovableBuffer(Arc<MovableBlock>);
+
+impl MovableBuffer {
+    /// Where the block is now, pinned there until the pool next learns of a
+    /// submit: record every command that uses the place, then submit (through
+    /// [`Pool::submit`](crate::Pool::submit) or your own `queue.submit` and
+    /// [`Pool::submitted`](crate::Pool::submitted)). Takes the pool's lock.
+    pub fn place(&self) -> Place {
+        let block = &self.0;
+        let Some(inner) = block.pool.upgrade() else {
+            // The pool is gone: nothing moves any more.
+            let at = block.at();
+            return Place {
+                buffer: at.buffer.clone(),
+                offset: at.offset,
+                size: block.size,
+            };
+        };
+        let mut engine = inner.engine();
+        let mut movables = inner.movables();
+        let mut at = block.at();
+        if !at.pinned {
+            // Live while the handle is: the engine knows the id.
+            let _ = engine.set_relocatable(block.id, false);
+            at.pinned = true;
+            movables.pinned.push(block.id);
+            inner.movables_pinned.store(true, Ordering::Release);
+        }
+        Place {
+            buffer: at.buffer.clone(),
+            offset: at.offset,
+            size: block.size,
+        }
+    }
+
+    /// Size of the range (the request rounded up to 4 bytes).
+    pub fn size(&self) -> u64 {
+        self.0.size
+    }
+
+    /// The label asked for.
+    pub fn label(&self) -> Option<&str> {
+        self.0.label.as_deref()
+    }
+
+    /// The engine's id of the block (what `snapshot()` and the leak report show).
+    pub fn id(&self) -> BlockId {
+        self.0.id
+    }
+
+    /// Whether the block is pinned where it is (its place was read since the
+    /// pool last learned of a submit).
+    pub fn is_pinned(&self) -> bool {
+        self.0.at().pinned
+    }
+}
+
+impl std::fmt::Debug for MovableBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let at = self.0.at();
+        f.debug_struct("MovableBuffer")
+            .field("segment", &at.segment)
+            .field("offset", &at.offset)
+            .field("size", &self.0.size)
+            .field("pinned", &at.pinned)
+            .field("label", &self.0.label)
+            .finish()
+    }
+}
+
+/// The block goes back through the engine (movable blocks skip the front
+/// cache: a parked block is live to the engine, and moving it would copy
+/// bytes nobody needs).
+impl Drop for MovableBlock {
+    fn drop(&mut self) {
+        let Some(inner) = self.pool.upgrade() else {
+            return;
+        };
+        let cache = inner.front.cache;
+        let stamp = cache.stamp();
+        let mut engine = inner.engine();
+        inner.movables().blocks.remove(&self.id);
+        inner.release(&mut engine, self.id, stamp, cache.reusable_mark());
+    }
+}
+
+/// The pool's movable blocks, by id, and the ones pinned since the last
+/// submit it learned of. Locked only with the engine's lock held.
+#[derive(Default)]
+pub(super) struct Movables {
+    blocks: HashMap<BlockId, SharedAt>,
+    pinned: Vec<BlockId>,
+}
+
+impl Inner {
+    /// Wraps a relocatable allocation in its handle, known to the pool so a
+    /// move updates its place.
+    pub(super) fn wrap_movable(
+        self: &Arc<Self>,
+        engine: &Engine<WgpuBackend>,
+        a: crate::types::Allocation,
+        size: u64,
+        label: Option<Arc<str>>,
+    ) -> MovableBuffer {
+        let buffer = engine
+            .segment_payload(a.segment)
+            .expect("a new block's segment exists")
+            .clone();
+        let at = Arc::new(Mutex::new(At {
+            buffer,
+            segment: a.segment,
+            offset: a.offset,
+            pinned: false,
+        }));
+        self.movables().blocks.insert(a.id, Arc::clone(&at));
+        MovableBuffer(Arc::new(MovableBlock {
+            pool: Arc::downgrade(self),
+            id: a.id,
+            size,
+            label,
+            at,
+        }))
+    }
+
+    /// Gives the handles of the blocks the engine moved their new places.
+    /// Called after every allocation that may have moved some, before the
+    /// engine's lock is released.
+    pub(super) fn apply_moves(&self, engine: &mut Engine<WgpuBackend>) {
+        let moves = engine.take_moves();
+        if moves.is_empty() {
+            return;
+        }
+        let movables = self.movables();
+        for m in moves {
+            let Some(at) = movables.blocks.get(&m.id) else {
+                // Only movable blocks are relocatable, each in the table while live.
+                tracing::error!("vrampool: block {} moved with no handle to tell", m.id);
+                continue;
+            };
+            let mut at = lock(at);
+            debug_assert!(!at.pinned, "a pinned block moved");
+            at.buffer = engine
+                .segment_payload(m.to.0)
+                .expect("a block moves to a live segment")
+                .clone();
+            at.segment = m.to.0;
+            at.offset = m.to.1;
+        }
+    }
+
+    /// The pool learned of a submit: every block pinned before may move again.
+    pub(super) fn unpin_movables(&self, engine: &mut Engine<WgpuBackend>) {
+        let mut movables = self.movables();
+        self.movables_pinned.store(false, Ordering::Release);
+        let pinned = std::mem::take(&mut movables.pinned);
+        for id in pinned {
+            // A block dropped since is no longer in the table.
+            if let Some(at) = movables.blocks.get(&id) {
+                lock(at).pinned = false;
+                let _ = engine.set_relocatable(id, true);
+            }
+        }
+    }
+
+    /// Whether some movable block may be pinned: one atomic load, so a submit
+    /// takes no lock for movable blocks unless some were read (one pinned at
+    /// the same moment as a submit may stay pinned until the next: safe).
+    pub(super) fn any_pinned(&self) -> bool {
+        self.movables_pinned.load(Ordering::Acquire)
+    }
+}
