@@ -1,0 +1,389 @@
+//! Movable blocks through `Pool` (`Pool::alloc_movable`), used as wgpu code
+//! uses them: a place read for each frame's passes, a dispatch binding a
+//! uniform, a movable read-only input and a read-write output, encoders
+//! recorded before they are submitted, `queue.write_buffer` running ahead of
+//! its submit's command buffers. Each case checks what the GPU did (wgpu's
+//! validation and the bytes read back) on the device the tests run on
+//! (lavapipe, or GL with `VRAMPOOL_TEST_BACKEND=gl`).
+
+use vrampool::{AllocDesc, Config, MovableBuffer, Place, Pool, PoolBuffer};
+use vrampool_tests::{Rng, read_back, read_range};
+use wgpu::BufferUsages as U;
+
+const MIB: u64 = 1 << 20;
+
+fn pool() -> Pool {
+    vrampool_tests::pool_with(Config::default())
+}
+
+/// A movable block read-write passes bind (`var<storage, read_write>`).
+fn movable(pool: &Pool, size: u64) -> MovableBuffer {
+    pool.alloc_movable(AllocDesc::storage(size).read_write())
+        .unwrap()
+}
+
+/// A movable block passes only read (`var<storage, read>`), as a kernel's input.
+fn input(pool: &Pool, size: u64) -> MovableBuffer {
+    pool.alloc_movable(AllocDesc::storage(size).read_only())
+        .unwrap()
+}
+
+/// A plain request of the inputs' pool.
+fn plain_input(pool: &Pool, size: u64) -> PoolBuffer {
+    pool.alloc(AllocDesc::storage(size).read_only()).unwrap()
+}
+
+/// Writes `words` at the block's place (which pins it until the next submit).
+fn write_words(pool: &Pool, b: &MovableBuffer, words: &[u32]) {
+    let at = b.place();
+    pool.queue()
+        .write_buffer(at.buffer(), at.offset(), &bytes(words));
+}
+
+fn bytes(w: &[u32]) -> Vec<u8> {
+    w.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn words(v: &[u8]) -> Vec<u32> {
+    v.chunks(4)
+        .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+fn read_place(pool: &Pool, at: &Place) -> Vec<u8> {
+    read_range(
+        pool.device(),
+        pool.queue(),
+        at.buffer(),
+        at.offset(),
+        at.size(),
+    )
+}
+
+/// Two 24 MiB segments of the inputs' pool, each holding one live 12 MiB
+/// movable block (`b`, `c`, filled with `pattern` words) and 12 MiB free: a
+/// 20 MiB request fits in neither hole, and one block moving over makes
+/// room. Returns the two blocks; the fills are submitted.
+fn fragmented(pool: &Pool) -> (MovableBuffer, MovableBuffer) {
+    let x = input(pool, 24 * MIB);
+    let y = input(pool, 24 * MIB);
+    drop(x);
+    pool.submitted();
+    let (p, b) = (input(pool, 12 * MIB), input(pool, 12 * MIB));
+    drop(y);
+    pool.submitted();
+    let (c, s) = (input(pool, 12 * MIB), input(pool, 12 * MIB));
+    drop(p);
+    drop(s);
+    let n = (12 * MIB / 4) as u32;
+    write_words(
+        pool,
+        &b,
+        &(0..n).map(|i| i ^ 0xB0B0_0000).collect::<Vec<_>>(),
+    );
+    write_words(
+        pool,
+        &c,
+        &(0..n).map(|i| i ^ 0xC0C0_0000).collect::<Vec<_>>(),
+    );
+    pool.submit([]);
+    assert!(!b.is_pinned() && !c.is_pinned(), "a submit unpins");
+    (b, c)
+}
+
+fn pattern(tag: u32, n: u32) -> Vec<u32> {
+    (0..n).map(|i| i ^ tag).collect()
+}
+
+/// `out[i] = in[i] * u.scale + u.shift` over the first `u.n` words.
+const SCALE_WGSL: &str = r#"
+struct U { scale: u32, shift: u32, n: u32, pad: u32 }
+@group(0) @binding(0) var<uniform> u: U;
+@group(0) @binding(1) var<storage, read> input: array<u32>;
+@group(0) @binding(2) var<storage, read_write> output: array<u32>;
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) id: vec3<u32>) {
+    if (id.x < u.n) { output[id.x] = input[id.x] * u.scale + u.shift; }
+}
+"#;
+
+/// Records SCALE_WGSL over `input`'s place (read now, so pinned) into
+/// `output`, with a uniform block of the pool; returns the encoder, not
+/// submitted, the uniform (to keep it live until the submit) and wgpu's
+/// validation error, if any.
+fn record_scale(
+    pool: &Pool,
+    input: &MovableBuffer,
+    output: &PoolBuffer,
+    n: u32,
+) -> (wgpu::CommandEncoder, PoolBuffer, Option<String>) {
+    let device = pool.device();
+    let uniform = pool
+        .alloc(AllocDesc::storage(16).usage(U::UNIFORM | U::COPY_DST))
+        .unwrap();
+    pool.queue()
+        .write_buffer(uniform.buffer(), uniform.offset(), &bytes(&[3, 7, n, 0]));
+    let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
+    let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+        label: Some("scale"),
+        source: wgpu::ShaderSource::Wgsl(SCALE_WGSL.into()),
+    });
+    let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+        label: Some("scale"),
+        layout: None,
+        module: &module,
+        entry_point: Some("main"),
+        compilation_options: Default::default(),
+        cache: None,
+    });
+    let at = input.place();
+    let group = device.create_bind_group(&wgpu::BindGroupDescriptor {
+        label: Some("scale"),
+        layout: &pipeline.get_bind_group_layout(0),
+        entries: &[
+            wgpu::BindGroupEntry {
+                binding: 0,
+                resource: uniform.binding(),
+            },
+            wgpu::BindGroupEntry {
+                binding: 1,
+                resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                    buffer: at.buffer(),
+                    offset: at.offset(),
+                    size: std::num::NonZeroU64::new(4 * n as u64),
+                }),
+            },
+            wgpu::BindGroupEntry {
+                binding: 2,
+                resource: output.binding(),
+            },
+        ],
+    });
+    let mut enc = device.create_command_encoder(&Default::default());
+    {
+        let mut pass = enc.begin_compute_pass(&Default::default());
+        pass.set_pipeline(&pipeline);
+        pass.set_bind_group(0, &group, &[]);
+        pass.dispatch_workgroups(n.div_ceil(64), 1, 1);
+    }
+    let error = pollster::block_on(scope.pop()).map(|e| e.to_string());
+    (enc, uniform, error)
+}
+
+#[test]
+fn a_block_moved_to_make_room_is_read_by_a_dispatch_at_its_new_place() {
+    let pool = pool();
+    let (b, c) = fragmented(&pool);
+    let before = pool.stats().counters;
+    let (b_at, c_at) = (b.place(), c.place());
+    pool.submitted(); // the reads above recorded nothing
+    // 20 MiB fit in neither hole: one 12 MiB block moves over instead of a segment.
+    let big = plain_input(&pool, 20 * MIB);
+    let after = pool.stats().counters;
+    assert_eq!(after.device_allocs, before.device_allocs, "no new segment");
+    assert_eq!(
+        (
+            after.blocks_moved - before.blocks_moved,
+            after.bytes_moved - before.bytes_moved
+        ),
+        (1, 12 * MIB)
+    );
+    let moved = [(&b, &b_at), (&c, &c_at)]
+        .iter()
+        .filter(|(m, was)| {
+            let now = m.place();
+            now.buffer() != was.buffer() || now.offset() != was.offset()
+        })
+        .count();
+    assert_eq!(moved, 1, "the handle of the block moved has its new place");
+    // The new owner writes over the old place; the moved block keeps its bytes.
+    pool.queue()
+        .write_buffer(big.buffer(), big.offset(), &vec![0xEE; (20 * MIB) as usize]);
+    pool.submit([]);
+    let n = 1 << 16;
+    for (m, tag) in [(&b, 0xB0B0_0000u32), (&c, 0xC0C0_0000)] {
+        let output = pool
+            .alloc(AllocDesc::storage(4 * n as u64).read_write())
+            .unwrap();
+        let (enc, _uniform, error) = record_scale(&pool, m, &output, n);
+        assert_eq!(error, None, "wgpu refused the dispatch");
+        pool.submit([enc.finish()]);
+        let got = words(&read_back(&pool, &output));
+        let want: Vec<u32> = pattern(tag, n)
+            .iter()
+            .map(|x| x.wrapping_mul(3).wrapping_add(7))
+            .collect();
+        assert!(got == want, "block {tag:#x}: the dispatch read other bytes");
+        let whole = words(&read_place(&pool, &m.place()));
+        assert!(
+            whole == pattern(tag, (12 * MIB / 4) as u32),
+            "block {tag:#x}: bytes lost"
+        );
+    }
+    pool.check_invariants().unwrap();
+}
+
+#[test]
+fn a_block_whose_place_a_recorded_pass_uses_stays_until_the_submit() {
+    let pool = pool();
+    let (b, c) = fragmented(&pool);
+    let n = (12 * MIB / 4) as u32;
+    // Passes recorded over both blocks, not submitted: both are pinned.
+    let (out_b, out_c) = (
+        pool.alloc(AllocDesc::storage(4 * n as u64).read_write())
+            .unwrap(),
+        pool.alloc(AllocDesc::storage(4 * n as u64).read_write())
+            .unwrap(),
+    );
+    let (enc_b, _ub, e1) = record_scale(&pool, &b, &out_b, n);
+    let (enc_c, _uc, e2) = record_scale(&pool, &c, &out_c, n);
+    assert_eq!((e1, e2), (None, None));
+    assert!(b.is_pinned() && c.is_pinned());
+    let before = pool.stats().counters;
+    let big = plain_input(&pool, 20 * MIB);
+    let after = pool.stats().counters;
+    assert_eq!(
+        after.blocks_moved, before.blocks_moved,
+        "a pinned block moved"
+    );
+    assert_eq!(
+        after.device_allocs,
+        before.device_allocs + 1,
+        "a segment instead"
+    );
+    // The new owner's write runs ahead of the passes at this submit: had a
+    // block moved, its pass would read these bytes.
+    pool.queue()
+        .write_buffer(big.buffer(), big.offset(), &vec![0xEE; (20 * MIB) as usize]);
+    pool.submit([enc_b.finish(), enc_c.finish()]);
+    for (out, tag) in [(&out_b, 0xB0B0_0000u32), (&out_c, 0xC0C0_0000)] {
+        let got = words(&read_back(&pool, out));
+        let want: Vec<u32> = pattern(tag, n)
+            .iter()
+            .map(|x| x.wrapping_mul(3).wrapping_add(7))
+            .collect();
+        assert!(got == want, "the pass over {tag:#x} read other bytes");
+    }
+    // The control: unpinned by that submit, the same request now moves a block.
+    assert!(!b.is_pinned() && !c.is_pinned());
+    drop(big);
+    drop((out_b, out_c));
+    pool.submitted();
+    pool.empty_cache(); // the segment made for `big` goes
+    let before = pool.stats().counters;
+    let again = plain_input(&pool, 20 * MIB);
+    let after = pool.stats().counters;
+    assert_eq!(
+        after.blocks_moved - before.blocks_moved,
+        1,
+        "nothing moved once unpinned"
+    );
+    assert_eq!(after.device_allocs, before.device_allocs);
+    drop(again);
+    pool.check_invariants().unwrap();
+}
+
+#[test]
+fn a_frame_loop_of_movable_blocks_never_shows_an_owner_another_owners_bytes() {
+    let pool = pool();
+    let mut rng = Rng(0x6d6f_7661_626c_6531);
+    // Each live block and its owner's fill byte.
+    let mut live: Vec<(MovableBuffer, u8)> = Vec::new();
+    let mut plain: Vec<PoolBuffer> = Vec::new();
+    let mut next = 1u8;
+    let verify = |live: &[(MovableBuffer, u8)]| {
+        for (b, fill) in live {
+            let got = read_place(&pool, &b.place());
+            let wrong = got.iter().filter(|&&x| x != *fill).count();
+            assert_eq!(wrong, 0, "{b:?}: {wrong} bytes not its owner's");
+        }
+        pool.submitted();
+    };
+    for frame in 0..300 {
+        // One pass a frame reads a live block, as a kernel would: its place
+        // read now (pinning it), a copy of it recorded, submitted only at the
+        // frame's end, after the frame's allocations (which may move others).
+        let read = (!live.is_empty()).then(|| {
+            let (b, fill) = &live[rng.below(live.len() as u64) as usize];
+            let at = b.place();
+            let scratch = pool.device().create_buffer(&wgpu::BufferDescriptor {
+                label: Some("scratch"),
+                size: at.size(),
+                usage: U::COPY_DST | U::COPY_SRC,
+                mapped_at_creation: false,
+            });
+            let mut enc = pool.device().create_command_encoder(&Default::default());
+            enc.copy_buffer_to_buffer(at.buffer(), at.offset(), &scratch, 0, at.size());
+            (enc, scratch, *fill)
+        });
+        // A few allocations and drops a frame; most blocks untouched, so free to move.
+        for _ in 0..rng.below(4) + 1 {
+            if live.is_empty() || rng.below(100) < 55 {
+                let size = match rng.below(10) {
+                    0..=4 => 256 + rng.below(256 << 10),
+                    5..=8 => (256 << 10) + rng.below(4 * MIB),
+                    _ => 4 * MIB + rng.below(12 * MIB),
+                } & !3;
+                if rng.below(4) == 0 {
+                    // A plain block beside them: its misses move movable ones too.
+                    let p = pool.alloc(AllocDesc::storage(size).read_write()).unwrap();
+                    pool.queue()
+                        .write_buffer(p.buffer(), p.offset(), &vec![0xAB; size as usize]);
+                    plain.push(p);
+                } else {
+                    let b = movable(&pool, size);
+                    let at = b.place();
+                    pool.queue()
+                        .write_buffer(at.buffer(), at.offset(), &vec![next; size as usize]);
+                    live.push((b, next));
+                    next = next.wrapping_add(1).max(1);
+                }
+            } else if !plain.is_empty() && rng.below(3) == 0 {
+                plain.swap_remove(rng.below(plain.len() as u64) as usize);
+            } else {
+                live.swap_remove(rng.below(live.len() as u64) as usize);
+            }
+        }
+        match read {
+            Some((enc, scratch, fill)) => {
+                pool.submit([enc.finish()]);
+                let got = read_range(pool.device(), pool.queue(), &scratch, 0, scratch.size());
+                let wrong = got.iter().filter(|&&x| x != fill).count();
+                assert_eq!(
+                    wrong, 0,
+                    "frame {frame}: the pass read {wrong} bytes not its block's"
+                );
+            }
+            None => {
+                pool.submit([]);
+            }
+        }
+        if frame % 50 == 49 {
+            verify(&live);
+            pool.check_invariants().unwrap();
+        }
+    }
+    verify(&live);
+    let c = pool.stats().counters;
+    assert!(c.blocks_moved > 0, "the loop moved no block");
+    drop(live);
+    drop(plain);
+    pool.submitted();
+    pool.check_invariants().unwrap();
+}
+
+#[test]
+fn a_pinned_block_dropped_before_the_submit_goes_back_as_any_other() {
+    let pool = pool();
+    let (b, c) = fragmented(&pool);
+    let _ = b.place();
+    drop(b); // pinned, and pending until the submit
+    pool.submit([]);
+    let _ = c.place();
+    pool.submitted();
+    drop(c);
+    pool.submitted();
+    assert_eq!(pool.stats().total.allocated_bytes.current, 0);
+    assert!(pool.leaks().is_empty());
+    pool.check_invariants().unwrap();
+}
