@@ -16,12 +16,6 @@ fn pool() -> Pool {
     vrampool_tests::pool_with(Config::default())
 }
 
-/// A movable block read-write passes bind (`var<storage, read_write>`).
-fn movable(pool: &Pool, size: u64) -> MovableBuffer {
-    pool.alloc_movable(AllocDesc::storage(size).read_write())
-        .unwrap()
-}
-
 /// A movable block passes only read (`var<storage, read>`), as a kernel's input.
 fn input(pool: &Pool, size: u64) -> MovableBuffer {
     pool.alloc_movable(AllocDesc::storage(size).read_only())
@@ -289,13 +283,17 @@ fn a_frame_loop_of_movable_blocks_never_shows_an_owner_another_owners_bytes() {
     let mut rng = Rng(0x6d6f_7661_626c_6531);
     // Each live block and its owner's fill byte.
     let mut live: Vec<(MovableBuffer, u8)> = Vec::new();
-    let mut plain: Vec<PoolBuffer> = Vec::new();
+    let mut plain: Vec<(PoolBuffer, u8)> = Vec::new();
     let mut next = 1u8;
-    let verify = |live: &[(MovableBuffer, u8)]| {
+    let verify = |live: &[(MovableBuffer, u8)], plain: &[(PoolBuffer, u8)]| {
         for (b, fill) in live {
             let got = read_place(&pool, &b.place());
             let wrong = got.iter().filter(|&&x| x != *fill).count();
             assert_eq!(wrong, 0, "{b:?}: {wrong} bytes not its owner's");
+        }
+        for (p, fill) in plain {
+            let wrong = read_back(&pool, p).iter().filter(|&&x| x != *fill).count();
+            assert_eq!(wrong, 0, "{p:?}: {wrong} bytes not its owner's");
         }
         pool.submitted();
     };
@@ -328,10 +326,17 @@ fn a_frame_loop_of_movable_blocks_never_shows_an_owner_another_owners_bytes() {
                     // A plain block beside them: its misses move movable ones too.
                     let p = pool.alloc(AllocDesc::storage(size).read_write()).unwrap();
                     pool.queue()
-                        .write_buffer(p.buffer(), p.offset(), &vec![0xAB; size as usize]);
-                    plain.push(p);
+                        .write_buffer(p.buffer(), p.offset(), &vec![next; size as usize]);
+                    plain.push((p, next));
+                    next = next.wrapping_add(1).max(1);
                 } else {
-                    let b = movable(&pool, size);
+                    // Some through the async path, some zeroed on reuse.
+                    let desc = AllocDesc::storage(size).read_write();
+                    let b = match rng.below(3) {
+                        0 => pollster::block_on(pool.alloc_movable_async(desc)).unwrap(),
+                        1 => pool.alloc_movable(desc.zeroed()).unwrap(),
+                        _ => pool.alloc_movable(desc).unwrap(),
+                    };
                     let at = b.place();
                     pool.queue()
                         .write_buffer(at.buffer(), at.offset(), &vec![next; size as usize]);
@@ -359,13 +364,18 @@ fn a_frame_loop_of_movable_blocks_never_shows_an_owner_another_owners_bytes() {
             }
         }
         if frame % 50 == 49 {
-            verify(&live);
+            verify(&live, &plain);
             pool.check_invariants().unwrap();
         }
     }
-    verify(&live);
+    verify(&live, &plain);
     let c = pool.stats().counters;
-    assert!(c.blocks_moved > 0, "the loop moved no block");
+    assert!(
+        c.relocations > 0 && c.evacuations > 0,
+        "the loop moved blocks both to serve misses ({}) and to empty segments ({})",
+        c.relocations,
+        c.evacuations
+    );
     drop(live);
     drop(plain);
     pool.submitted();
@@ -376,8 +386,21 @@ fn a_frame_loop_of_movable_blocks_never_shows_an_owner_another_owners_bytes() {
 fn a_pinned_block_dropped_before_the_submit_goes_back_as_any_other() {
     let pool = pool();
     let (b, c) = fragmented(&pool);
-    let _ = b.place();
+    let was = b.place();
     drop(b); // pinned, and pending until the submit
+    // Its bytes are not reused before the submit, by a plain or a movable request.
+    let (p, m) = (plain_input(&pool, 12 * MIB), input(&pool, 12 * MIB));
+    let m_at = m.place();
+    for (buffer, offset) in [(p.buffer(), p.offset()), (m_at.buffer(), m_at.offset())] {
+        let overlaps = buffer == was.buffer()
+            && offset < was.offset() + was.size()
+            && was.offset() < offset + 12 * MIB;
+        assert!(
+            !overlaps,
+            "a pending block's bytes were handed out before the submit"
+        );
+    }
+    drop((p, m, m_at));
     pool.submit([]);
     let _ = c.place();
     pool.submitted();
@@ -386,4 +409,28 @@ fn a_pinned_block_dropped_before_the_submit_goes_back_as_any_other() {
     assert_eq!(pool.stats().total.allocated_bytes.current, 0);
     assert!(pool.leaks().is_empty());
     pool.check_invariants().unwrap();
+}
+
+#[test]
+fn a_block_that_could_never_move_is_refused_with_the_fix() {
+    let pool = pool();
+    // Storage with no access said gets a buffer of its own; mappable blocks take no copies.
+    for desc in [
+        AllocDesc::storage(1 << 20),
+        AllocDesc::storage(1 << 20).usage(U::MAP_READ | U::COPY_DST),
+    ] {
+        let e = pool.alloc_movable(desc).unwrap_err().to_string();
+        assert!(
+            e.contains("never moves") && e.contains("Pool::alloc"),
+            "{e}"
+        );
+        assert!(
+            pool.alloc(desc).is_ok(),
+            "the same block through Pool::alloc"
+        );
+    }
+    assert!(
+        pool.alloc_movable(AllocDesc::storage(1 << 20).read_only())
+            .is_ok()
+    );
 }

@@ -292,6 +292,14 @@ impl FrontCache {
         }
     }
 
+    /// The drop epoch now, whatever the reuse: a place read now
+    /// ([`MovableBuffer::place`](crate::MovableBuffer::place)) stays pinned
+    /// until [`FrontCache::reusable_mark`] reaches it, as a block dropped now
+    /// under `Reuse::AfterSubmit` stays pending.
+    pub(super) fn epoch(&self) -> u64 {
+        self.epochs.dropped.load(Ordering::SeqCst)
+    }
+
     /// The engine mark up to which deferred blocks may be reused.
     pub(super) fn reusable_mark(&self) -> u64 {
         self.epochs.ready.load(Ordering::Acquire) - 1

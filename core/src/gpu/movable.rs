@@ -7,9 +7,9 @@
 //! submit that runs the pass: the copy a move submits would run first, and
 //! the request served from the old place would overwrite it. The rule that
 //! keeps this by construction: reading a block's place pins it until the
-//! pool next learns of a submit ([`Pool::submit`](crate::Pool::submit) or
-//! [`Pool::submitted`](crate::Pool::submitted)), the same promise deferred
-//! frees rest on. A block nobody read since then has no recorded command
+//! pool learns of a submit that began after the read ([`Pool::submit`](crate::Pool::submit)
+//! or [`Pool::submitted`](crate::Pool::submitted)): the read is stamped with
+//! the drop epoch, the same promise and the same marks deferred frees rest on. A block nobody read since then has no recorded command
 //! that uses it (recording needs its place), so it may move; its copy is
 //! submitted at once, ahead of every command recorded after, which read the
 //! new place.
@@ -121,9 +121,10 @@ impl MovableBlock {
 /// the drop, under [`Reuse::AfterSubmit`](crate::Reuse::AfterSubmit)).
 ///
 /// Only blocks of shared buffers move (`Access::ReadOnly` or
-/// `Access::ReadWrite`; `Access::Any` storage has a buffer of its own), never
-/// a mappable one, never under a budget or while the pool records or follows
-/// a plan. A bind group made from a place holds it: make bind groups for
+/// `Access::ReadWrite`; `Access::Any` storage has a buffer of its own, and
+/// `alloc_movable` refuses it, as it refuses mappable usages), never under a
+/// budget, while the pool records or follows a plan, or in
+/// [`Config::pytorch`](crate::Config::pytorch) (`Config::relocate` off). A bind group made from a place holds it: make bind groups for
 /// each frame's passes (as a tensor runtime does per dispatch), not once for
 /// the program.
 ///
@@ -141,10 +142,15 @@ impl MovableBlock {
 pub struct MovableBuffer(Arc<MovableBlock>);
 
 impl MovableBuffer {
-    /// Where the block is now, pinned there until the pool next learns of a
-    /// submit: record every command that uses the place, then submit (through
-    /// [`Pool::submit`](crate::Pool::submit) or your own `queue.submit` and
-    /// [`Pool::submitted`](crate::Pool::submitted)). Takes the pool's lock.
+    /// Where the block is now, pinned there until the pool learns of a submit
+    /// that began after this call: record every command that uses the place
+    /// into that submit (through [`Pool::submit`](crate::Pool::submit), or
+    /// your own `queue.submit` then [`Pool::submitted`](crate::Pool::submitted);
+    /// with several threads, as [`Pool::submitted`](crate::Pool::submitted)
+    /// says). Under [`Reuse::Immediate`](crate::Reuse::Immediate) too, only
+    /// those calls unpin: a pool never told of a submit moves nothing once
+    /// every block was read. Takes the pool's lock, so not from an `on_oom`
+    /// or device-lost observer.
     pub fn place(&self) -> Place {
         let block = &self.0;
         let Some(inner) = block.pool.upgrade() else {
@@ -159,13 +165,17 @@ impl MovableBuffer {
         let mut engine = inner.engine();
         let mut movables = inner.movables();
         let mut at = block.at();
+        // Stamped with the drop epoch as it is now: only a submit that begins
+        // after this read (and so may carry the passes recorded with it)
+        // unpins it. A pinned block read again takes the later stamp.
+        let epoch = inner.front.cache.epoch();
         if !at.pinned {
             // Live while the handle is: the engine knows the id.
             let _ = engine.set_relocatable(block.id, false);
             at.pinned = true;
-            movables.pinned.push(block.id);
             inner.movables_pinned.store(true, Ordering::Release);
         }
+        movables.pinned.insert(block.id, epoch);
         Place {
             buffer: at.buffer.clone(),
             offset: at.offset,
@@ -219,17 +229,21 @@ impl Drop for MovableBlock {
         let cache = inner.front.cache;
         let stamp = cache.stamp();
         let mut engine = inner.engine();
-        inner.movables().blocks.remove(&self.id);
+        {
+            let mut movables = inner.movables();
+            movables.blocks.remove(&self.id);
+            movables.pinned.remove(&self.id);
+        }
         inner.release(&mut engine, self.id, stamp, cache.reusable_mark());
     }
 }
 
-/// The pool's movable blocks, by id, and the ones pinned since the last
-/// submit it learned of. Locked only with the engine's lock held.
+/// The pool's movable blocks, by id, and the pinned ones with the drop
+/// epoch of their last place read. Locked only with the engine's lock held.
 #[derive(Default)]
 pub(super) struct Movables {
     blocks: HashMap<BlockId, SharedAt>,
-    pinned: Vec<BlockId>,
+    pinned: HashMap<BlockId, u64>,
 }
 
 impl Inner {
@@ -262,9 +276,12 @@ impl Inner {
         }))
     }
 
-    /// Gives the handles of the blocks the engine moved their new places.
+    /// Gives the handles of the blocks the engine moved their places now.
     /// Called after every allocation that may have moved some, before the
-    /// engine's lock is released.
+    /// engine's lock is released. A block may have moved twice in one
+    /// allocation (the headroom empties a segment an earlier round filled,
+    /// which is then gone): its place is read from the engine, not from the
+    /// moves.
     pub(super) fn apply_moves(&self, engine: &mut Engine<WgpuBackend>) {
         let moves = engine.take_moves();
         if moves.is_empty() {
@@ -277,28 +294,37 @@ impl Inner {
                 tracing::error!("vrampool: block {} moved with no handle to tell", m.id);
                 continue;
             };
+            let place = engine.locate(m.id).ok().and_then(|(segment, offset)| {
+                Some((engine.segment_payload(segment)?.clone(), segment, offset))
+            });
+            let Some((buffer, segment, offset)) = place else {
+                tracing::error!("vrampool: moved block {} is not live", m.id);
+                continue;
+            };
             let mut at = lock(at);
             debug_assert!(!at.pinned, "a pinned block moved");
-            at.buffer = engine
-                .segment_payload(m.to.0)
-                .expect("a block moves to a live segment")
-                .clone();
-            at.segment = m.to.0;
-            at.offset = m.to.1;
+            (at.buffer, at.segment, at.offset) = (buffer, segment, offset);
         }
     }
 
-    /// The pool learned of a submit: every block pinned before may move again.
+    /// The pool learned of a submit: every block whose place was last read
+    /// before a submit that is done began may move again.
     pub(super) fn unpin_movables(&self, engine: &mut Engine<WgpuBackend>) {
-        let mut movables = self.movables();
-        self.movables_pinned.store(false, Ordering::Release);
-        let pinned = std::mem::take(&mut movables.pinned);
-        for id in pinned {
-            // A block dropped since is no longer in the table.
+        let mark = self.front.cache.reusable_mark();
+        let mut guard = self.movables();
+        let movables = &mut *guard;
+        movables.pinned.retain(|&id, &mut epoch| {
+            if epoch > mark {
+                return true;
+            }
             if let Some(at) = movables.blocks.get(&id) {
                 lock(at).pinned = false;
                 let _ = engine.set_relocatable(id, true);
             }
+            false
+        });
+        if movables.pinned.is_empty() {
+            self.movables_pinned.store(false, Ordering::Release);
         }
     }
 

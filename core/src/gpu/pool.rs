@@ -551,10 +551,37 @@ impl Pool {
     /// ```
     #[cfg(not(target_arch = "wasm32"))]
     pub fn alloc_movable(&self, desc: AllocDesc<'_>) -> Result<MovableBuffer> {
-        let mut req = self.request(&desc)?;
-        req.relocatable = true;
+        let req = self.movable_request(&desc)?;
         let (engine, a) = self.allocate_native(&req)?;
         Ok(self.wrap_movable(&engine, a, &desc, &req))
+    }
+
+    /// The relocatable request for `desc`, refused where the block could
+    /// never move: a buffer of its own, or a mappable usage (wgpu copies
+    /// into neither kind here).
+    fn movable_request(&self, desc: &AllocDesc<'_>) -> Result<Request> {
+        let mut req = self.request(desc)?;
+        let refuse = |why: &str| {
+            Err(Error::InvalidUsage {
+                usage: desc.usage.bits(),
+                why: why.to_string(),
+            })
+        };
+        if desc
+            .usage
+            .intersects(wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::MAP_WRITE)
+        {
+            return refuse(
+                "a mappable block never moves (its segment takes no copies): allocate it with Pool::alloc",
+            );
+        }
+        if req.exclusive {
+            return refuse(
+                "this block gets a buffer of its own, so it never moves: say how passes bind it                  (.read_only() or .read_write()) to share buffers, or allocate it with Pool::alloc",
+            );
+        }
+        req.relocatable = true;
+        Ok(req)
     }
 
     /// A movable allocation's handle, its bytes cleared if asked and reused.
@@ -604,8 +631,7 @@ impl Pool {
     /// [`Pool::alloc_movable`], awaiting the device's error scopes as
     /// [`Pool::alloc_async`] does: the way to allocate one in the browser.
     pub async fn alloc_movable_async(&self, desc: AllocDesc<'_>) -> Result<MovableBuffer> {
-        let mut req = self.request(&desc)?;
-        req.relocatable = true;
+        let req = self.movable_request(&desc)?;
         let (engine, a) = self.allocate_async(&req).await?;
         Ok(self.wrap_movable(&engine, a, &desc, &req))
     }
