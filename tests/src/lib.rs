@@ -448,3 +448,33 @@ pub fn read_range(
     staging.unmap();
     bytes
 }
+
+/// `out[i] = in[i] * u.scale + u.shift` over the first `u.n` words: a
+/// uniform, a read-only input and a read-write output, the first layout
+/// anyone writes with wgpu compute.
+pub const SCALE_WGSL: &str = r#"
+struct U { scale: u32, shift: u32, n: u32, pad: u32 }
+@group(0) @binding(0) var<uniform> u: U;
+@group(0) @binding(1) var<storage, read> input: array<u32>;
+@group(0) @binding(2) var<storage, read_write> output: array<u32>;
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) id: vec3<u32>) {
+    if (id.x < u.n) { output[id.x] = input[id.x] * u.scale + u.shift; }
+}
+"#;
+
+/// The compute pipeline of [`SCALE_WGSL`], its layout derived from the shader.
+pub fn scale_pipeline(device: &wgpu::Device) -> wgpu::ComputePipeline {
+    let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+        label: Some("scale"),
+        source: wgpu::ShaderSource::Wgsl(SCALE_WGSL.into()),
+    });
+    device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+        label: Some("scale"),
+        layout: None,
+        module: &module,
+        entry_point: Some("main"),
+        compilation_options: Default::default(),
+        cache: None,
+    })
+}

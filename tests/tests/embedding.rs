@@ -6,25 +6,12 @@
 //! on (lavapipe, or GL with `VRAMPOOL_TEST_BACKEND=gl`).
 
 use vrampool::{Access, AllocDesc, BindingUse, BlockUse, Config, Pool, PoolBuffer, PoolOptions};
-use vrampool_tests::{device, read_back};
+use vrampool_tests::{device, read_back, scale_pipeline};
 use wgpu::BufferUsages as U;
 
 fn pool() -> Pool {
     vrampool_tests::pool_with(Config::default())
 }
-
-/// `out[i] = in[i] * u.scale + u.shift`: a uniform, a read-only input and a
-/// read-write output, the first layout anyone writes with wgpu compute.
-const SCALE_WGSL: &str = r#"
-struct U { scale: u32, shift: u32, n: u32, pad: u32 }
-@group(0) @binding(0) var<uniform> u: U;
-@group(0) @binding(1) var<storage, read> input: array<u32>;
-@group(0) @binding(2) var<storage, read_write> output: array<u32>;
-@compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) id: vec3<u32>) {
-    if (id.x < u.n) { output[id.x] = input[id.x] * u.scale + u.shift; }
-}
-"#;
 
 /// Runs SCALE_WGSL over the three blocks inside a validation error scope;
 /// returns wgpu's validation error, if any.
@@ -37,18 +24,7 @@ fn dispatch_scale(
 ) -> Option<String> {
     let device = pool.device();
     let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
-    let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
-        label: Some("scale"),
-        source: wgpu::ShaderSource::Wgsl(SCALE_WGSL.into()),
-    });
-    let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-        label: Some("scale"),
-        layout: None,
-        module: &module,
-        entry_point: Some("main"),
-        compilation_options: Default::default(),
-        cache: None,
-    });
+    let pipeline = scale_pipeline(device);
     let group = device.create_bind_group(&wgpu::BindGroupDescriptor {
         label: Some("scale"),
         layout: &pipeline.get_bind_group_layout(0),

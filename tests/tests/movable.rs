@@ -7,7 +7,7 @@
 //! (lavapipe, or GL with `VRAMPOOL_TEST_BACKEND=gl`).
 
 use vrampool::{AllocDesc, Config, MovableBuffer, Place, Pool, PoolBuffer};
-use vrampool_tests::{Rng, read_back, read_range};
+use vrampool_tests::{Rng, read_back, read_range, scale_pipeline};
 use wgpu::BufferUsages as U;
 
 const MIB: u64 = 1 << 20;
@@ -89,18 +89,6 @@ fn pattern(tag: u32, n: u32) -> Vec<u32> {
     (0..n).map(|i| i ^ tag).collect()
 }
 
-/// `out[i] = in[i] * u.scale + u.shift` over the first `u.n` words.
-const SCALE_WGSL: &str = r#"
-struct U { scale: u32, shift: u32, n: u32, pad: u32 }
-@group(0) @binding(0) var<uniform> u: U;
-@group(0) @binding(1) var<storage, read> input: array<u32>;
-@group(0) @binding(2) var<storage, read_write> output: array<u32>;
-@compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) id: vec3<u32>) {
-    if (id.x < u.n) { output[id.x] = input[id.x] * u.scale + u.shift; }
-}
-"#;
-
 /// Records SCALE_WGSL over `input`'s place (read now, so pinned) into
 /// `output`, with a uniform block of the pool; returns the encoder, not
 /// submitted, the uniform (to keep it live until the submit) and wgpu's
@@ -118,18 +106,7 @@ fn record_scale(
     pool.queue()
         .write_buffer(uniform.buffer(), uniform.offset(), &bytes(&[3, 7, n, 0]));
     let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
-    let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
-        label: Some("scale"),
-        source: wgpu::ShaderSource::Wgsl(SCALE_WGSL.into()),
-    });
-    let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-        label: Some("scale"),
-        layout: None,
-        module: &module,
-        entry_point: Some("main"),
-        compilation_options: Default::default(),
-        cache: None,
-    });
+    let pipeline = scale_pipeline(device);
     let at = input.place();
     let group = device.create_bind_group(&wgpu::BindGroupDescriptor {
         label: Some("scale"),

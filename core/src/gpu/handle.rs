@@ -69,15 +69,21 @@ impl BufferBlock {
     }
     /// A `BufferBinding` of the range.
     pub fn buffer_binding(&self) -> wgpu::BufferBinding<'_> {
-        wgpu::BufferBinding {
-            buffer: &self.buffer,
-            offset: self.offset,
-            size: NonZeroU64::new(self.size),
-        }
+        binding_of(&self.buffer, self.offset, self.size)
     }
     /// A `BindingResource` of the range, for a bind group entry.
     pub fn binding(&self) -> wgpu::BindingResource<'_> {
         wgpu::BindingResource::Buffer(self.buffer_binding())
+    }
+}
+
+/// A `BufferBinding` of `size` bytes of `buffer` from `offset` (a block's
+/// range, or a movable block's place).
+pub(super) fn binding_of(buffer: &wgpu::Buffer, offset: u64, size: u64) -> wgpu::BufferBinding<'_> {
+    wgpu::BufferBinding {
+        buffer,
+        offset,
+        size: NonZeroU64::new(size),
     }
 }
 

@@ -22,7 +22,6 @@
 #![cfg_attr(target_arch = "wasm32", allow(clippy::arc_with_non_send_sync))]
 
 use std::collections::HashMap;
-use std::num::NonZeroU64;
 use std::ops::Range;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, Weak};
@@ -31,6 +30,7 @@ use crate::engine::Engine;
 use crate::types::{BlockId, SegmentId};
 
 use super::backend::WgpuBackend;
+use super::handle::binding_of;
 use super::pool::Inner;
 
 /// Where a [`MovableBuffer`] is now: its buffer and range, and how to bind
@@ -66,11 +66,7 @@ impl Place {
     }
     /// A `BufferBinding` of the range.
     pub fn buffer_binding(&self) -> wgpu::BufferBinding<'_> {
-        wgpu::BufferBinding {
-            buffer: &self.buffer,
-            offset: self.offset,
-            size: NonZeroU64::new(self.size),
-        }
+        binding_of(&self.buffer, self.offset, self.size)
     }
     /// A `BindingResource` of the range, for a bind group entry.
     pub fn binding(&self) -> wgpu::BindingResource<'_> {
