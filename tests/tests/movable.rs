@@ -411,3 +411,32 @@ fn a_block_that_could_never_move_is_refused_with_the_fix() {
             .is_ok()
     );
 }
+
+#[test]
+fn under_immediate_reuse_a_place_read_still_pins_until_a_submit() {
+    let (device, queue, _) = vrampool_tests::device();
+    let options = vrampool::PoolOptions {
+        reuse: vrampool::Reuse::Immediate,
+        ..Default::default()
+    };
+    let pool = Pool::new(device, queue, options).unwrap();
+    let (b, c) = fragmented(&pool);
+    let (_b_at, _c_at) = (b.place(), c.place());
+    let before = pool.stats().counters;
+    let big = plain_input(&pool, 20 * MIB);
+    assert_eq!(
+        pool.stats().counters.blocks_moved,
+        before.blocks_moved,
+        "a pinned block moved"
+    );
+    drop(big);
+    pool.submitted();
+    pool.empty_cache();
+    let before = pool.stats().counters;
+    let _again = plain_input(&pool, 20 * MIB);
+    assert_eq!(
+        pool.stats().counters.blocks_moved - before.blocks_moved,
+        1,
+        "nothing moved once unpinned"
+    );
+}
