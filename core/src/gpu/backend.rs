@@ -8,6 +8,8 @@ use crate::backend::{Backend, DeviceError, SegmentDesc};
 use crate::error::Result;
 use crate::fault::{Fault, Faults};
 
+use super::desc::mappable;
+
 /// The engine's [`Backend`] over a `wgpu::Device`.
 pub struct WgpuBackend {
     device: wgpu::Device,
@@ -49,11 +51,6 @@ impl PendingCheck {
         let validation = self.validation.await;
         (classify(oom, validation), self.counted)
     }
-}
-
-/// Whether buffers of `usage` are mapped (and so may not take both copy usages).
-fn mappable(usage: wgpu::BufferUsages) -> bool {
-    usage.intersects(wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::MAP_WRITE)
 }
 
 /// An error scope's result that is known already.

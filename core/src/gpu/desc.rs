@@ -33,6 +33,12 @@ pub const GPU_USAGE: U = U::STORAGE
 /// such a block as a uniform, vertex, index or indirect buffer.
 pub const READ_WRITE_USAGE: U = U::STORAGE.union(U::COPY_SRC).union(U::COPY_DST);
 
+/// Whether buffers of `usage` are mapped: such a block has a segment of its
+/// own, goes back only unmapped, and its segment takes no copies.
+pub(super) fn mappable(usage: U) -> bool {
+    usage.intersects(U::MAP_READ | U::MAP_WRITE)
+}
+
 /// The uses that are read-only in every pass.
 const READ_ONLY_USES: U = U::UNIFORM
     .union(U::VERTEX)
@@ -204,7 +210,7 @@ impl<'a> AllocDesc<'a> {
     /// access contradict each other.
     pub fn sharing(&self) -> Result<Sharing> {
         let usage = self.usage;
-        if usage.intersects(U::MAP_READ | U::MAP_WRITE) {
+        if mappable(usage) {
             return Ok(Sharing::Own);
         }
         match self.access {
@@ -258,7 +264,7 @@ impl<'a> AllocDesc<'a> {
     /// ```
     pub fn request(&self, widen_usage: bool, mappable_primary: bool) -> Result<Request> {
         let usage = self.usage;
-        let map = usage.intersects(U::MAP_READ | U::MAP_WRITE);
+        let map = mappable(usage);
         if usage.is_empty() {
             return Err(Error::InvalidUsage {
                 usage: 0,

@@ -8,7 +8,7 @@ use std::sync::{Arc, Weak};
 
 use crate::types::{BlockId, SegmentId};
 
-use super::desc::Sharing;
+use super::desc::{Sharing, mappable};
 use super::front::{FrontCache, FrontRef, Key};
 use super::pool::Inner;
 
@@ -98,8 +98,7 @@ impl BufferBlock {
     }
 
     fn mappable(&self) -> bool {
-        self.usage
-            .intersects(wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::MAP_WRITE)
+        mappable(self.usage)
     }
 }
 

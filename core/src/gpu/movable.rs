@@ -83,6 +83,17 @@ struct At {
     pinned: bool,
 }
 
+impl At {
+    /// The [`Place`] of a block of `size` bytes here.
+    fn place(&self, size: u64) -> Place {
+        Place {
+            buffer: self.buffer.clone(),
+            offset: self.offset,
+            size,
+        }
+    }
+}
+
 /// A handle's place, shared with the pool's table of movable blocks (which
 /// holds no handle, so a move never ends up dropping a block's last one
 /// under the engine's lock).
@@ -151,12 +162,7 @@ impl MovableBuffer {
         let block = &self.0;
         let Some(inner) = block.pool.upgrade() else {
             // The pool is gone: nothing moves any more.
-            let at = block.at();
-            return Place {
-                buffer: at.buffer.clone(),
-                offset: at.offset,
-                size: block.size,
-            };
+            return block.at().place(block.size);
         };
         let mut engine = inner.engine();
         let mut movables = inner.movables();
@@ -172,11 +178,7 @@ impl MovableBuffer {
             inner.movables_pinned.store(true, Ordering::Release);
         }
         movables.pinned.insert(block.id, epoch);
-        Place {
-            buffer: at.buffer.clone(),
-            offset: at.offset,
-            size: block.size,
-        }
+        at.place(block.size)
     }
 
     /// Size of the range (the request rounded up to 4 bytes).
@@ -247,15 +249,11 @@ impl Inner {
     /// move updates its place.
     pub(super) fn wrap_movable(
         self: &Arc<Self>,
-        engine: &Engine<WgpuBackend>,
-        a: crate::types::Allocation,
+        buffer: wgpu::Buffer,
+        a: &crate::types::Allocation,
         size: u64,
         label: Option<Arc<str>>,
     ) -> MovableBuffer {
-        let buffer = engine
-            .segment_payload(a.segment)
-            .expect("a new block's segment exists")
-            .clone();
         let at = Arc::new(Mutex::new(At {
             buffer,
             segment: a.segment,

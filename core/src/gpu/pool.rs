@@ -21,7 +21,7 @@ use crate::types::{Allocation, BlockId, Request};
 
 use super::backend::{LostState, WgpuBackend};
 use super::desc::{
-    AllocDesc, GPU_USAGE, GROUP_READ_ONLY, GROUP_READ_WRITE, READ_WRITE_USAGE, Sharing,
+    AllocDesc, GPU_USAGE, GROUP_READ_ONLY, GROUP_READ_WRITE, READ_WRITE_USAGE, Sharing, mappable,
 };
 use super::front::{Drain, FrontCache, FrontRef, Key, Parked};
 use super::handle::{BufferBlock, PoolBuffer};
@@ -477,13 +477,7 @@ impl Pool {
         desc: &AllocDesc<'_>,
         req: &Request,
     ) -> PoolBuffer {
-        let buffer = engine
-            .segment_payload(a.segment)
-            .expect("a new block's segment exists")
-            .clone();
-        if a.fresh {
-            self.warn_if_never_submitted(engine);
-        }
+        let buffer = self.new_block_buffer(engine, &a);
         let block = BufferBlock {
             pool: Arc::downgrade(&self.inner),
             front: self.inner.front,
@@ -540,7 +534,9 @@ impl Pool {
     /// room for a later request instead of making a segment: see
     /// [`MovableBuffer`] for what that asks of the caller (read its place for
     /// every pass; the place holds until the pool learns of the next submit).
-    /// Zeroed on request as [`Pool::alloc`]'s are; mappable usages never move.
+    /// Zeroed on request as [`Pool::alloc`]'s are. A description whose block
+    /// could never move (a mappable usage, a buffer of its own) is refused
+    /// with [`Error::InvalidUsage`].
     ///
     /// ```no_run
     /// # fn demo(pool: &vrampool::Pool) -> Result<(), vrampool::Error> {
@@ -567,17 +563,15 @@ impl Pool {
                 why: why.to_string(),
             })
         };
-        if desc
-            .usage
-            .intersects(wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::MAP_WRITE)
-        {
+        if mappable(desc.usage) {
             return refuse(
                 "a mappable block never moves (its segment takes no copies): allocate it with Pool::alloc",
             );
         }
         if req.exclusive {
             return refuse(
-                "this block gets a buffer of its own, so it never moves: say how passes bind it                  (.read_only() or .read_write()) to share buffers, or allocate it with Pool::alloc",
+                "this block gets a buffer of its own, so it never moves: say how passes bind it \
+                 (.read_only() or .read_write()) to share buffers, or allocate it with Pool::alloc",
             );
         }
         req.relocatable = true;
@@ -592,25 +586,24 @@ impl Pool {
         desc: &AllocDesc<'_>,
         req: &Request,
     ) -> MovableBuffer {
+        let buffer = self.new_block_buffer(engine, &a);
+        if desc.zeroed && !a.fresh {
+            self.clear(&buffer, a.offset, a.size);
+        }
+        self.inner
+            .wrap_movable(buffer, &a, req.size, req.label.clone())
+    }
+
+    /// The buffer of a block just allocated; a new segment warns, once, if
+    /// blocks pile up pending in a pool never told of a submit.
+    fn new_block_buffer(&self, engine: &Engine<WgpuBackend>, a: &Allocation) -> wgpu::Buffer {
         if a.fresh {
             self.warn_if_never_submitted(engine);
         }
-        let fresh = a.fresh;
-        let (buffer, offset, block_size) = (
-            engine
-                .segment_payload(a.segment)
-                .expect("a new block's segment exists")
-                .clone(),
-            a.offset,
-            a.size,
-        );
-        let handle = self
-            .inner
-            .wrap_movable(engine, a, req.size, req.label.clone());
-        if desc.zeroed && !fresh {
-            self.clear(&buffer, offset, block_size);
-        }
-        handle
+        engine
+            .segment_payload(a.segment)
+            .expect("a new block's segment exists")
+            .clone()
     }
 
     /// Allocates a buffer range, awaiting the device's error scopes: the way to
