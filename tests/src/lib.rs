@@ -463,6 +463,31 @@ fn main(@builtin(global_invocation_id) id: vec3<u32>) {
 }
 "#;
 
+/// An encoder, not submitted, with one compute pass running [`SCALE_WGSL`]
+/// over `n` words of the three bindings (uniform, read-only input,
+/// read-write output), bound in one bind group.
+pub fn record_scale_pass(
+    device: &wgpu::Device,
+    [uniform, input, output]: [wgpu::BindingResource<'_>; 3],
+    n: u32,
+) -> wgpu::CommandEncoder {
+    let pipeline = scale_pipeline(device);
+    let entry = |binding, resource| wgpu::BindGroupEntry { binding, resource };
+    let group = device.create_bind_group(&wgpu::BindGroupDescriptor {
+        label: Some("scale"),
+        layout: &pipeline.get_bind_group_layout(0),
+        entries: &[entry(0, uniform), entry(1, input), entry(2, output)],
+    });
+    let mut enc = device.create_command_encoder(&Default::default());
+    {
+        let mut pass = enc.begin_compute_pass(&Default::default());
+        pass.set_pipeline(&pipeline);
+        pass.set_bind_group(0, &group, &[]);
+        pass.dispatch_workgroups(n.div_ceil(64), 1, 1);
+    }
+    enc
+}
+
 /// The compute pipeline of [`SCALE_WGSL`], its layout derived from the shader.
 pub fn scale_pipeline(device: &wgpu::Device) -> wgpu::ComputePipeline {
     let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {

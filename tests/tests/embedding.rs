@@ -6,7 +6,7 @@
 //! on (lavapipe, or GL with `VRAMPOOL_TEST_BACKEND=gl`).
 
 use vrampool::{Access, AllocDesc, BindingUse, BlockUse, Config, Pool, PoolBuffer, PoolOptions};
-use vrampool_tests::{device, read_back, scale_pipeline};
+use vrampool_tests::{device, read_back, record_scale_pass};
 use wgpu::BufferUsages as U;
 
 fn pool() -> Pool {
@@ -24,32 +24,11 @@ fn dispatch_scale(
 ) -> Option<String> {
     let device = pool.device();
     let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
-    let pipeline = scale_pipeline(device);
-    let group = device.create_bind_group(&wgpu::BindGroupDescriptor {
-        label: Some("scale"),
-        layout: &pipeline.get_bind_group_layout(0),
-        entries: &[
-            wgpu::BindGroupEntry {
-                binding: 0,
-                resource: uniform.binding(),
-            },
-            wgpu::BindGroupEntry {
-                binding: 1,
-                resource: input.binding(),
-            },
-            wgpu::BindGroupEntry {
-                binding: 2,
-                resource: output.binding(),
-            },
-        ],
-    });
-    let mut enc = device.create_command_encoder(&Default::default());
-    {
-        let mut pass = enc.begin_compute_pass(&Default::default());
-        pass.set_pipeline(&pipeline);
-        pass.set_bind_group(0, &group, &[]);
-        pass.dispatch_workgroups(n.div_ceil(64), 1, 1);
-    }
+    let enc = record_scale_pass(
+        device,
+        [uniform.binding(), input.binding(), output.binding()],
+        n,
+    );
     pool.queue().submit([enc.finish()]);
     pollster::block_on(scope.pop()).map(|e| e.to_string())
 }

@@ -7,7 +7,7 @@
 //! (lavapipe, or GL with `VRAMPOOL_TEST_BACKEND=gl`).
 
 use vrampool::{AllocDesc, Config, MovableBuffer, Place, Pool, PoolBuffer};
-use vrampool_tests::{Rng, read_back, read_range, scale_pipeline};
+use vrampool_tests::{Rng, read_back, read_range, record_scale_pass};
 use wgpu::BufferUsages as U;
 
 const MIB: u64 = 1 << 20;
@@ -106,37 +106,13 @@ fn record_scale(
     pool.queue()
         .write_buffer(uniform.buffer(), uniform.offset(), &bytes(&[3, 7, n, 0]));
     let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
-    let pipeline = scale_pipeline(device);
     let at = input.place();
-    let group = device.create_bind_group(&wgpu::BindGroupDescriptor {
-        label: Some("scale"),
-        layout: &pipeline.get_bind_group_layout(0),
-        entries: &[
-            wgpu::BindGroupEntry {
-                binding: 0,
-                resource: uniform.binding(),
-            },
-            wgpu::BindGroupEntry {
-                binding: 1,
-                resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                    buffer: at.buffer(),
-                    offset: at.offset(),
-                    size: std::num::NonZeroU64::new(4 * n as u64),
-                }),
-            },
-            wgpu::BindGroupEntry {
-                binding: 2,
-                resource: output.binding(),
-            },
-        ],
+    let input = wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+        buffer: at.buffer(),
+        offset: at.offset(),
+        size: std::num::NonZeroU64::new(4 * n as u64),
     });
-    let mut enc = device.create_command_encoder(&Default::default());
-    {
-        let mut pass = enc.begin_compute_pass(&Default::default());
-        pass.set_pipeline(&pipeline);
-        pass.set_bind_group(0, &group, &[]);
-        pass.dispatch_workgroups(n.div_ceil(64), 1, 1);
-    }
+    let enc = record_scale_pass(device, [uniform.binding(), input, output.binding()], n);
     let error = pollster::block_on(scope.pop()).map(|e| e.to_string());
     (enc, uniform, error)
 }
