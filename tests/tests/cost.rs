@@ -31,38 +31,56 @@ struct Replay {
     ms: f64,
 }
 
+/// The no-limit replays, as JSON, of the file `data/h200/{name}.jsonl` (one
+/// JSON array of replays per line).
+fn no_limit_rows(name: &str) -> Vec<Value> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../data/h200/{name}.jsonl"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut out = Vec::new();
+    for line in text.lines().filter(|l| l.starts_with('[')) {
+        let rows: Vec<Value> = serde_json::from_str(line).expect("a JSON array per line");
+        out.extend(rows.into_iter().filter(|j| j["limit"].is_null()));
+    }
+    out
+}
+
+/// A number of a replay's JSON.
+fn n(v: &Value) -> f64 {
+    v.as_f64().expect("a number")
+}
+
+impl Replay {
+    /// What the model sees of replay `j`, with `released` bytes released
+    /// during it.
+    fn of(j: &Value, released: f64) -> Replay {
+        let r = &j["report"];
+        Replay {
+            creates: n(&r["device_allocs"]),
+            destroys: n(&r["device_frees"]),
+            created_mib: n(&r["segment_bytes_created"]) / MIB,
+            released_mib: released / MIB,
+            ops: n(&r["allocs"]) + n(&r["frees"]),
+            ms: n(&r["elapsed_ns"]) / 1e6,
+        }
+    }
+}
+
 /// The no-limit replays of `runs` in the files `data/h200/{prefix}-{0,1,2}.jsonl`.
 /// The e582d2d files were written when `segment_bytes_released` still counted
 /// the final `empty_cache`; it is taken off there (`released_by_empty_cache`).
 fn replays(prefix: &str, runs: &[&str]) -> Vec<Replay> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../data/h200");
     let counted_empty_cache = prefix.starts_with("e582d2d");
     let mut out = Vec::new();
     for i in 0..3 {
-        let path = dir.join(format!("{prefix}-{i}.jsonl"));
-        let text =
-            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        for line in text.lines().filter(|l| l.starts_with('[')) {
-            let rows: Vec<Value> = serde_json::from_str(line).expect("a JSON array per line");
-            for j in rows {
-                if !j["limit"].is_null() || !runs.contains(&j["run"].as_str().unwrap_or("")) {
-                    continue;
-                }
-                let r = &j["report"];
-                let n = |v: &Value| v.as_f64().expect("a number");
-                let mut released = n(&r["segment_bytes_released"]);
-                if counted_empty_cache {
-                    released -= n(&j["released_by_empty_cache"]);
-                }
-                out.push(Replay {
-                    creates: n(&r["device_allocs"]),
-                    destroys: n(&r["device_frees"]),
-                    created_mib: n(&r["segment_bytes_created"]) / MIB,
-                    released_mib: released / MIB,
-                    ops: n(&r["allocs"]) + n(&r["frees"]),
-                    ms: n(&r["elapsed_ns"]) / 1e6,
-                });
+        for j in no_limit_rows(&format!("{prefix}-{i}")) {
+            if !runs.contains(&j["run"].as_str().unwrap_or("")) {
+                continue;
             }
+            let mut released = n(&j["report"]["segment_bytes_released"]);
+            if counted_empty_cache {
+                released -= n(&j["released_by_empty_cache"]);
+            }
+            out.push(Replay::of(&j, released));
         }
     }
     out
@@ -175,30 +193,15 @@ struct Moving {
 /// with every tensor relocatable (the `relocatable` run, the only one that
 /// moves).
 fn moving_replays() -> Vec<Moving> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../data/h200");
     let mut out = Vec::new();
     for name in ["0", "1", "2", "scaled"] {
-        let path = dir.join(format!("984bdca-relocatable-replays-{name}.jsonl"));
-        let text =
-            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        for line in text.lines().filter(|l| l.starts_with('[')) {
-            let rows: Vec<Value> = serde_json::from_str(line).expect("a JSON array per line");
-            for j in rows.iter().filter(|j| j["limit"].is_null()) {
-                let r = &j["report"];
-                let n = |v: &Value| v.as_f64().expect("a number");
-                out.push(Moving {
-                    replay: Replay {
-                        creates: n(&r["device_allocs"]),
-                        destroys: n(&r["device_frees"]),
-                        created_mib: n(&r["segment_bytes_created"]) / MIB,
-                        released_mib: n(&r["segment_bytes_released"]) / MIB,
-                        ops: n(&r["allocs"]) + n(&r["frees"]),
-                        ms: n(&r["elapsed_ns"]) / 1e6,
-                    },
-                    blocks_moved: n(&r["blocks_moved"]),
-                    mib_moved: n(&r["bytes_moved"]) / MIB,
-                });
-            }
+        for j in no_limit_rows(&format!("984bdca-relocatable-replays-{name}")) {
+            let r = &j["report"];
+            out.push(Moving {
+                replay: Replay::of(&j, n(&r["segment_bytes_released"])),
+                blocks_moved: n(&r["blocks_moved"]),
+                mib_moved: n(&r["bytes_moved"]) / MIB,
+            });
         }
     }
     out
