@@ -53,7 +53,7 @@ pub use error::{Error, OomInfo, Result, UsageConflict};
 pub use sim::{SimSegment, SimulatedDevice};
 pub use snapshot::{Leak, Snapshot, SnapshotBlock, SnapshotSegment, SnapshotState, leak_report};
 pub use stats::{Counters, PoolReport, PoolStats, Stat, Stats};
-pub use trace::{ReplayReport, Trace, replay, replay_relocatable};
+pub use trace::{ReplayReport, Trace, replay, replay_relocatable, replay_submitting};
 pub use types::{Allocation, BlockId, Moved, Request, SegmentClass, SegmentId};
 
 #[cfg(feature = "wgpu")]

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::rc::Rc;
 
 use proptest::prelude::*;
-use vrampool::trace::{EngineTarget, Replayer};
+use vrampool::trace::{EngineTarget, Replayer, Step, SubmitClock};
 use vrampool::{
     Backend, BlockId, Config, DeviceError, Engine, Limit, Request, SegmentDesc, SegmentId,
     SimulatedDevice, replay, replay_relocatable,
@@ -457,6 +457,67 @@ fn real_traces_replay_relocatable_with_the_books_intact() {
         evacuations > 0,
         "the soft headroom emptied a segment by moves"
     );
+}
+
+/// A replay through core's `SubmitClock`, as a `Pool` caller submitting
+/// every `every` events sees it, checking that a block allocated since the
+/// last submit point never moves. Returns the bytes moved.
+fn replay_with_submit_points(name: &str, every: u64) -> u64 {
+    let t = common::shared(name, 64);
+    let mut e = Engine::new(SimulatedDevice::new(64 << 30), Config::default()).unwrap();
+    let mut clock = SubmitClock::new(every);
+    let (mut events, mut since_submit) = (0u64, Vec::<BlockId>::new());
+    let mut replayer = Replayer::new(&t);
+    while let Some(step) = replayer.next_step() {
+        match step {
+            Step::Allocate { size, .. } => {
+                let r = e.allocate(Request {
+                    relocatable: true,
+                    ..Request::new(size, 0)
+                });
+                for m in e.take_moves() {
+                    assert!(
+                        !since_submit.contains(&m.id),
+                        "{name}: {} moved, allocated since the last submit point",
+                        m.id
+                    );
+                }
+                match &r {
+                    Ok(a) => {
+                        clock.allocated(&mut e, a.id, true);
+                        if every > 0 {
+                            since_submit.push(a.id);
+                        }
+                    }
+                    Err(_) => clock.refused(&mut e),
+                }
+                replayer.allocated(r.map(|a| a.id)).unwrap();
+            }
+            Step::Free(id) => clock.free(&mut e, id).unwrap(),
+            Step::Skip => continue,
+        }
+        events += 1;
+        if every > 0 && events % every == 0 {
+            since_submit.clear();
+        }
+        e.check_invariants().unwrap();
+    }
+    e.stats().counters.bytes_moved
+}
+
+#[test]
+fn blocks_allocated_since_the_last_submit_point_never_move() {
+    for name in ["gpt_train", "resnet_train", "batch_sweep"] {
+        let (moved_at_once, moved_every_16) = (
+            replay_with_submit_points(name, 0),
+            replay_with_submit_points(name, 16),
+        );
+        assert!(moved_at_once > 0, "{name}: the control moves blocks");
+        assert!(
+            moved_every_16 > 0,
+            "{name}: blocks allocated before a submit point still move"
+        );
+    }
 }
 
 /// On the traces where the policy misses the reserved target without moves

@@ -21,9 +21,7 @@ use vrampool::trace::{
     DeviceCost, Expandable, ExpandableStats, Foresight, ForesightError, Missed, Replayer,
     RowFigures, Targets, smallest_budget,
 };
-use vrampool::{
-    Config, Engine, Limit, SimulatedDevice, Trace, fmt_bytes, replay, replay_relocatable,
-};
+use vrampool::{Config, Engine, Limit, SimulatedDevice, Trace, fmt_bytes, replay_submitting};
 
 use crate::settings::configured;
 use crate::{Common, bar};
@@ -91,6 +89,15 @@ pub struct CorpusArgs {
     /// Not with --follow.
     #[arg(long)]
     relocatable: bool,
+    /// Both policies' replays as a `Pool` caller that submits every N
+    /// allocations and frees makes them (core's `replay_submitting`): a
+    /// tensor freed waits for the next submit (`Reuse::AfterSubmit`), and
+    /// with --relocatable each tensor is pinned from its allocation until
+    /// that submit (`Pool::alloc_movable` under a runtime that reads a
+    /// tensor's place when it records the command writing it). 0: frees at
+    /// once, nothing pinned.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    submit_every: u64,
     /// Simulated device memory in bytes (default: an H200's 141 GiB).
     #[arg(long, default_value_t = 141 << 30)]
     capacity: u64,
@@ -300,11 +307,7 @@ fn figures(
         if let Some(plan) = plan {
             engine.follow(plan, 0)?;
         }
-        let mut r = if a.relocatable {
-            replay_relocatable(&mut engine, t, 0)
-        } else {
-            replay(&mut engine, t, 0)
-        };
+        let mut r = replay_submitting(&mut engine, t, 0, a.relocatable, a.submit_every);
         // The plan's segments are the replay's device allocations too.
         let c = engine.stats().counters;
         r.device_allocs = c.device_allocs - before.device_allocs;
@@ -499,6 +502,9 @@ pub fn command(a: &CorpusArgs, c: &Common) -> Result<ExitCode> {
             "--follow places each request where the plan says, and a plan's blocks never \
              move: drop --relocatable"
         );
+    }
+    if a.follow && a.submit_every > 0 {
+        bail!("--follow replays each plan as recorded, every free at once: drop --submit-every");
     }
     if a.follow && a.min_budget {
         bail!(

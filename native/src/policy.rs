@@ -15,7 +15,7 @@
 use std::collections::HashMap;
 
 use clap::ValueEnum;
-use vrampool::trace::{Expandable, ExpandableBlock, ReplayTarget};
+use vrampool::trace::{Expandable, ExpandableBlock, ReplayTarget, SubmitClock};
 use vrampool::{
     Backend, BlockId, Config, DeviceError, Engine, Error, Limit, OomInfo, Request, SegmentDesc,
     Stats,
@@ -93,7 +93,9 @@ pub struct Requests {
     pub access: AccessMode,
     /// Frees take effect only every this many events, as when an app submits
     /// its encoder every that many operations (`Reuse::AfterSubmit`: a block
-    /// dropped before the submit waits for it); 0 frees at once.
+    /// dropped before the submit waits for it), and a relocatable block is
+    /// pinned from its allocation until the next submit (core's
+    /// `SubmitClock`); 0 frees at once and pins nothing.
     pub submit_every: u64,
     /// Every request relocatable (`Request::relocatable`): the engine
     /// policies may move live blocks to make room (vrampool's; PyTorch's
@@ -154,6 +156,8 @@ pub struct EnginePolicy<B: Backend> {
     requests: Requests,
     /// Allocations and frees so far.
     ops: u64,
+    /// The submits every `submit_every` events.
+    submits: SubmitClock,
 }
 
 impl<B: Backend> EnginePolicy<B> {
@@ -169,18 +173,8 @@ impl<B: Backend> EnginePolicy<B> {
             engine: Engine::new(backend, config)?,
             requests,
             ops: 0,
+            submits: SubmitClock::new(requests.submit_every),
         })
-    }
-
-    /// Counts an operation; every `submit_every` of them, the deferred frees
-    /// so far take effect, as a submit would make them.
-    fn op(&mut self) {
-        self.ops += 1;
-        let every = self.requests.submit_every;
-        if every > 0 && self.ops.is_multiple_of(every) {
-            let mark = self.engine.defer_mark();
-            self.engine.reclaim_deferred(mark);
-        }
     }
 }
 
@@ -203,17 +197,20 @@ impl<B: Backend> ReplayTarget for EnginePolicy<B> {
             // The replay's handles are ids, which a move keeps.
             self.engine.take_moves();
         }
-        self.op();
+        self.ops += 1;
+        match &r {
+            Ok(a) => self
+                .submits
+                .allocated(&mut self.engine, a.id, self.requests.relocatable),
+            Err(_) => self.submits.refused(&mut self.engine),
+        }
         r.map(|a| a.id)
     }
     fn free(&mut self, h: BlockId) {
-        let r = if self.requests.submit_every > 0 {
-            self.engine.defer_free(h)
-        } else {
-            self.engine.free(h)
-        };
-        r.expect("the replay frees only blocks it allocated");
-        self.op();
+        self.submits
+            .free(&mut self.engine, h)
+            .expect("the replay frees only blocks it allocated");
+        self.ops += 1;
     }
 }
 

@@ -27,7 +27,7 @@ pub use foresight::{Foresight, ForesightError, PlannedBlock, RecordedPlan, Recor
 pub use format::{Action, HEADER, MAX_LINE, Trace, TraceError, TraceEvent};
 pub use record::{PoolKey, Recorder};
 pub use replay::{
-    EngineTarget, ReplayCounts, ReplayReport, ReplayTarget, Replayer, Step, replay,
-    replay_relocatable, smallest_budget,
+    EngineTarget, ReplayCounts, ReplayReport, ReplayTarget, Replayer, Step, SubmitClock, replay,
+    replay_relocatable, replay_submitting, smallest_budget,
 };
 pub use targets::{Missed, RowFigures, Targets};

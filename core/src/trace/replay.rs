@@ -321,7 +321,7 @@ pub struct ReplayReport {
 /// # Ok::<(), vrampool::Error>(())
 /// ```
 pub fn replay<B: Backend>(engine: &mut Engine<B>, trace: &Trace, usage: u32) -> ReplayReport {
-    replay_through(engine, trace, usage, false)
+    replay_through(engine, trace, usage, false, 0)
 }
 
 /// [`replay`] with every request [relocatable](Request::relocatable), as a
@@ -345,7 +345,137 @@ pub fn replay_relocatable<B: Backend>(
     trace: &Trace,
     usage: u32,
 ) -> ReplayReport {
-    replay_through(engine, trace, usage, true)
+    replay_through(engine, trace, usage, true, 0)
+}
+
+/// [`replay`] as a `Pool` caller that submits every `every` events sees
+/// it: a free takes effect at the next submit (the block dropped before
+/// the submit waits for it, [`Engine::defer_free`]), and with `relocatable`
+/// each block may move but is pinned from its allocation until the next
+/// submit, as [`Pool::alloc_movable`](crate::Pool::alloc_movable) pins a
+/// block whose place was read for the command writing it until that command
+/// is submitted. Reads of older blocks by later passes (a weight read every
+/// step) are not in a trace, so they pin nothing here. `every` 0 frees at
+/// once and pins nothing: [`replay`] or [`replay_relocatable`].
+///
+/// ```
+/// use vrampool::{Config, Engine, SimulatedDevice, Trace, replay_submitting};
+/// let trace = Trace::open("../data/traces/small_mlp.csv.gz")?;
+/// let run = |every| -> Result<_, vrampool::Error> {
+///     let mut engine = Engine::new(SimulatedDevice::new(1 << 30), Config::default())?;
+///     Ok(replay_submitting(&mut engine, &trace, 0, true, every))
+/// };
+/// let (at_once, every_4096) = (run(0)?, run(4096)?);
+/// // A submit every 4096 events: most blocks are pinned when a request
+/// // would move them, and freed blocks wait for the submit.
+/// assert!(every_4096.bytes_moved < at_once.bytes_moved);
+/// assert!(every_4096.peak_reserved >= at_once.peak_reserved);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn replay_submitting<B: Backend>(
+    engine: &mut Engine<B>,
+    trace: &Trace,
+    usage: u32,
+    relocatable: bool,
+    every: u64,
+) -> ReplayReport {
+    replay_through(engine, trace, usage, relocatable, every)
+}
+
+/// Submit points every `every` allocations and frees, as a replay of a
+/// `Pool` caller makes them: frees deferred to the next one, blocks pinned
+/// from their allocation until it. `every` 0: no submit points, frees at
+/// once, nothing pinned. The harness's engine policies and
+/// [`replay_submitting`] both keep one.
+#[derive(Debug, Default)]
+pub struct SubmitClock {
+    every: u64,
+    events: u64,
+    pinned: Vec<BlockId>,
+}
+
+impl SubmitClock {
+    /// Submit points every `every` events (0: none).
+    pub fn new(every: u64) -> Self {
+        SubmitClock {
+            every,
+            ..SubmitClock::default()
+        }
+    }
+
+    /// Counts an allocation the engine made; pins a relocatable block until
+    /// the next submit point.
+    pub fn allocated<B: Backend>(
+        &mut self,
+        engine: &mut Engine<B>,
+        id: BlockId,
+        relocatable: bool,
+    ) {
+        if relocatable && self.every > 0 && engine.set_relocatable(id, false).is_ok() {
+            self.pinned.push(id);
+        }
+        self.event(engine);
+    }
+
+    /// Counts an allocation the engine refused.
+    pub fn refused<B: Backend>(&mut self, engine: &mut Engine<B>) {
+        self.event(engine);
+    }
+
+    /// Frees `id`, at once or at the next submit point.
+    pub fn free<B: Backend>(&mut self, engine: &mut Engine<B>, id: BlockId) -> Result<(), Error> {
+        if self.every > 0 {
+            engine.defer_free(id)?;
+        } else {
+            engine.free(id)?;
+        }
+        self.event(engine);
+        Ok(())
+    }
+
+    /// A submit point now: the deferred frees take effect and the pinned
+    /// blocks may move again (the end of a replay is one).
+    pub fn submit<B: Backend>(&mut self, engine: &mut Engine<B>) {
+        let mark = engine.defer_mark();
+        engine.reclaim_deferred(mark);
+        for id in self.pinned.drain(..) {
+            // A block freed since is no longer live: its id (with its
+            // generation) is refused, and no other block is touched.
+            let _ = engine.set_relocatable(id, true);
+        }
+    }
+
+    fn event<B: Backend>(&mut self, engine: &mut Engine<B>) {
+        self.events += 1;
+        if self.every > 0 && self.events.is_multiple_of(self.every) {
+            self.submit(engine);
+        }
+    }
+}
+
+/// An [`EngineTarget`] with submit points.
+struct Submitting<'e, B: Backend> {
+    inner: EngineTarget<'e, B>,
+    clock: SubmitClock,
+}
+
+impl<B: Backend> ReplayTarget for Submitting<'_, B> {
+    type Handle = BlockId;
+    fn allocate(&mut self, size: u64) -> Result<BlockId, Error> {
+        let r = self.inner.allocate(size);
+        match r {
+            Ok(id) => self
+                .clock
+                .allocated(self.inner.engine, id, self.inner.relocatable),
+            Err(_) => self.clock.refused(self.inner.engine),
+        }
+        r
+    }
+    fn free(&mut self, handle: BlockId) {
+        self.clock
+            .free(self.inner.engine, handle)
+            .expect("the replay frees only blocks it allocated");
+    }
 }
 
 fn replay_through<B: Backend>(
@@ -353,16 +483,20 @@ fn replay_through<B: Backend>(
     trace: &Trace,
     usage: u32,
     relocatable: bool,
+    submit_every: u64,
 ) -> ReplayReport {
     let before = engine.stats().counters;
     engine.reset_peak_stats();
     let mut replayer = Replayer::new(trace);
-    let mut target = EngineTarget {
-        engine,
-        usage,
-        relocatable,
+    let mut target = Submitting {
+        inner: EngineTarget {
+            engine,
+            usage,
+            relocatable,
+        },
+        clock: SubmitClock::new(submit_every),
     };
-    let (mut top_reserved, mut peak_reserved_at) = (target.engine.reserved_bytes(), 0);
+    let (mut top_reserved, mut peak_reserved_at) = (target.inner.engine.reserved_bytes(), 0);
     let (mut top_live, mut peak_live_at) = (0, 0);
     let start = web_time::Instant::now();
     loop {
@@ -371,7 +505,7 @@ fn replay_through<B: Backend>(
             Ok(false) => break,
             Err(e) => tracing::warn!("replay {}: {e}", trace.name),
         }
-        let reserved = target.engine.reserved_bytes();
+        let reserved = target.inner.engine.reserved_bytes();
         if reserved > top_reserved {
             (top_reserved, peak_reserved_at) = (reserved, replayer.counts().allocs);
         }
@@ -383,6 +517,7 @@ fn replay_through<B: Backend>(
     for h in replayer.take_live() {
         target.free(h);
     }
+    target.clock.submit(target.inner.engine);
     let counts = replayer.counts();
     let s = engine.stats();
     let c = s.counters;

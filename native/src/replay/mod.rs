@@ -58,7 +58,10 @@ pub struct ReplayArgs {
     access: AccessMode,
     /// Frees take effect every N events only, as when the app submits every N
     /// operations (a block dropped before a submit waits for it): what deferred
-    /// reuse costs. 0 (default): at once, as in PyTorch. Engine policies only.
+    /// reuse costs; with --relocatable, each tensor is also pinned from its
+    /// allocation until the next submit (`Pool::alloc_movable`, its place read
+    /// for the command writing it). 0 (default): at once, as in PyTorch.
+    /// Engine policies only.
     #[arg(long, default_value_t = 0, value_name = "N")]
     submit_every: u64,
     /// Simulated device memory in bytes (default: an H200's 141 GiB).
