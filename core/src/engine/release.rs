@@ -58,7 +58,15 @@ impl<B: Backend> Engine<B> {
     }
 
     /// What the soft headroom releases: [`Engine::release_ordered`], with
-    /// each segment released remembered (see [`Engine::note_recreation`]).
+    /// each segment released remembered (see [`Engine::note_recreation`]),
+    /// and no segment that holds pending blocks. The backend could only
+    /// abandon such a segment, and wgpu keeps an abandoned buffer's memory
+    /// for the commands recorded with it until they have run: releasing it
+    /// frees nothing now, and the loop then re-creates it. (A pool that
+    /// submits every 16 operations re-created 421 GiB of segments on
+    /// gan_train ÷1 that way, against 2.5 GiB for PyTorch's scheme under the
+    /// same submits; BENCHMARKS.md.) The limits and `empty_cache` still
+    /// abandon them, last.
     pub(super) fn release_for_headroom(&mut self, need: u64) -> u64 {
         let order = self.config.release_order;
         self.release_measured(need, Measure::Reserved, order, true)
@@ -93,15 +101,16 @@ impl<B: Backend> Engine<B> {
             .sum()
     }
 
-    /// [`Engine::release`] with `need` counted in `measure`; with `remember`,
-    /// each segment released joins the last [`RELEASED_KEPT`] the soft
-    /// headroom released.
+    /// [`Engine::release`] with `need` counted in `measure`; with
+    /// `for_headroom`, segments holding pending blocks are kept and each
+    /// segment released joins the last [`RELEASED_KEPT`] the soft headroom
+    /// released.
     fn release_measured(
         &mut self,
         need: u64,
         measure: Measure,
         order: ReleaseOrder,
-        remember: bool,
+        for_headroom: bool,
     ) -> u64 {
         if need == 0 {
             return 0;
@@ -111,7 +120,9 @@ impl<B: Backend> Engine<B> {
             .iter()
             .enumerate()
             .filter_map(|(i, s)| match s {
-                Some(s) if s.releasable() => Some((s.pending > 0, s.last_used, s.size, i as u32)),
+                Some(s) if s.releasable() && !(for_headroom && s.pending > 0) => {
+                    Some((s.pending > 0, s.last_used, s.size, i as u32))
+                }
                 _ => None,
             })
             .collect();
@@ -134,7 +145,7 @@ impl<B: Backend> Engine<B> {
                     (s.pending, s.pool, s.class)
                 });
             let size = self.remove_segment(i);
-            if remember {
+            if for_headroom {
                 self.remember_released(Released { pool, class, size });
             }
             released += size;
