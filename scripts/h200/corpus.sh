@@ -2,7 +2,8 @@
 # One H200 run (binaries built here, stripped into .bin/: vrampool, vrampool_before,
 # gpu_tests; the Vulkan loader carried in .gl/, see BENCHMARKS.md): issue 14's bench baseline (with --threads), issue 12's replay
 # timing per trace (vrampool, pytorch, and the vrampool policy before this
-# session's change, each with nvidia-smi; RUNS entries may be policy@hints, see
+# session's change, each with nvidia-smi; SUBMIT=N adds --submit-every N to
+# every replay; RUNS entries may be policy@hints, see
 # `--memory-hints`), the GPU tests that need a driver
 # with a memory budget. Every replay is its own process, results appended as
 # they finish, so a timeout loses only what had not run.
@@ -36,6 +37,9 @@ for t in ${TRACES:-$(ls -S -r data/traces/*.csv.gz data/traces/heldout/*.csv.gz)
     # `ceiling` is the vrampool policy taking LIMIT (a --budget, e.g. 1.5x) as a
     # LimitKind::Ceiling; LIMIT applies to every run of this call.
     extra=(); [ -n "${LIMIT:-}" ] && extra=(--budget $LIMIT)
+    # SUBMIT=N: every run frees as a caller submitting every N events does
+    # (replay --submit-every N).
+    [ -n "${SUBMIT:-}" ] && extra+=(--submit-every $SUBMIT)
     if [ $p0 = before ]; then bin=.bin/vrampool_before; pol=vrampool;
     # `follow` is the vrampool policy following each trace's own static plan
     # (replay --follow: the workload run again exactly as it was recorded).
