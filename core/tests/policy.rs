@@ -611,6 +611,40 @@ fn a_pool_that_submits_every_few_operations_does_not_recreate_its_segments() {
 }
 
 #[test]
+fn a_pool_never_told_of_a_submit_still_gets_its_memory_back() {
+    // Code that drops blocks before submits it never tells the pool of: no
+    // pending block is ever reclaimed. Keeping their segments would grow
+    // without end (a 50 MiB tensor every step, 100 GiB after 2 000 steps);
+    // once the workload has allocated 8 × its high water since the last
+    // reclaim, the soft headroom abandons them again.
+    let mut e = engine(Config::default());
+    let _live = e.allocate(Request::new(100 * MIB, 0)).unwrap();
+    for _ in 0..2000 {
+        let a = e.allocate(Request::new(50 * MIB, 0)).unwrap();
+        e.defer_free(a.id).unwrap();
+    }
+    let s = e.stats();
+    let high = 150 * MIB;
+    assert!(
+        s.total.reserved_bytes.peak <= 10 * high,
+        "peak reserved {} MiB",
+        s.total.reserved_bytes.peak / MIB
+    );
+    assert!(s.counters.segments_abandoned > 0);
+    e.check_invariants().unwrap();
+    // The control: told of a submit every step, the pool reuses the block.
+    let mut e = engine(Config::default());
+    let _live = e.allocate(Request::new(100 * MIB, 0)).unwrap();
+    for _ in 0..2000 {
+        let a = e.allocate(Request::new(50 * MIB, 0)).unwrap();
+        e.defer_free(a.id).unwrap();
+        let mark = e.defer_mark();
+        e.reclaim_deferred(mark);
+    }
+    assert_eq!(e.stats().counters.device_allocs, 2);
+}
+
+#[test]
 fn a_hard_limit_still_abandons_a_segment_whose_blocks_await_a_submit() {
     // Under a limit the memory is needed: the pending segment goes (last,
     // and only because nothing else can), and the request fits.

@@ -123,6 +123,9 @@ impl<B: Backend> Engine<B> {
             self.make_free(d.block);
             bytes += size;
         }
+        if bytes > 0 {
+            self.allocated_since_reclaim = 0;
+        }
         bytes
     }
 

@@ -99,6 +99,10 @@ pub struct Engine<B: Backend> {
     /// and the split guard scale with. Unlike the stats' peak, resetting peak
     /// stats does not touch it.
     high_water: u64,
+    /// Bytes allocated since the engine last reclaimed a pending block (0
+    /// while none is pending): how long the caller has gone without saying
+    /// a submit happened (see [`release::PENDING_PATIENCE`]).
+    allocated_since_reclaim: u64,
     /// The free-index key of medium blocks (see [`Engine::key`]), fixed by the config.
     medium_key: u8,
     /// Bytes of segments planned and not yet committed or refused: counted
@@ -167,6 +171,7 @@ impl<B: Backend> Engine<B> {
             lost: None,
             has_preallocation: false,
             high_water: 0,
+            allocated_since_reclaim: 0,
             in_flight: 0,
             deferred: VecDeque::new(),
             defer_mark: 0,

@@ -338,6 +338,11 @@ impl<B: Backend> Engine<B> {
         }
         self.counters.allocs += 1;
         self.high_water = self.high_water.max(self.total.allocated_bytes.current);
+        self.allocated_since_reclaim = if self.total.pending_bytes.current == 0 {
+            0
+        } else {
+            self.allocated_since_reclaim.saturating_add(block_size)
+        };
         if let Some(r) = &mut self.recorder {
             r.record(true, address, req.size, self.pools[pool].key().stream());
         }
