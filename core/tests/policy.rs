@@ -581,7 +581,7 @@ fn a_pool_that_submits_every_few_operations_does_not_recreate_its_segments() {
     // Blocks freed between submits wait for the next one. When the soft
     // headroom released segments holding them, these loops re-created what
     // they had released at every submit: gan_train ÷1, submitting every 64
-    // operations, made 11 330 segments of 1.3 TB in all, against 37 of
+    // operations, made 11 330 segments of 1.3 TiB in all, against 37 of
     // 3.7 GiB for PyTorch's scheme under the same submits (BENCHMARKS.md);
     // now 53 of 4.8 GiB. Bytes created are the device's time; the count of
     // segments is not held here (the small loop makes 19 against PyTorch's

@@ -95,7 +95,8 @@ pub struct CorpusArgs {
     /// with --relocatable each tensor is pinned from its allocation until
     /// that submit (`Pool::alloc_movable` under a runtime that reads a
     /// tensor's place when it records the command writing it). 0: frees at
-    /// once, nothing pinned.
+    /// once, nothing pinned. The expandable-segments baseline is replayed
+    /// with frees at once whatever N.
     #[arg(long, value_name = "N", default_value_t = 0)]
     submit_every: u64,
     /// Simulated device memory in bytes (default: an H200's 141 GiB).

@@ -337,7 +337,7 @@ fn a_pool_submitting_every_64_operations_does_not_recreate_its_segments() {
     // allocations and frees. Dropped blocks wait for that submit; the soft
     // headroom once released the segments holding them and re-created them
     // at the next one (2 747 MiB created for this 39 MiB loop with a submit
-    // every 16 events, 6 135 MiB every 64; PyTorch's scheme 70 and 92 MiB).
+    // every 16 events, 6 134 MiB every 64; PyTorch's scheme 70 and 92 MiB).
     const EVERY: u64 = 64;
     let t = load("small_loop");
     let (device, queue, _) = vrampool_tests::device();

@@ -434,7 +434,8 @@ impl SubmitClock {
     }
 
     /// A submit point now: the deferred frees take effect and the pinned
-    /// blocks may move again (the end of a replay is one).
+    /// blocks may move again ([`replay_submitting`] makes the end of a
+    /// replay one, when it has submit points).
     pub fn submit<B: Backend>(&mut self, engine: &mut Engine<B>) {
         let mark = engine.defer_mark();
         engine.reclaim_deferred(mark);
@@ -517,7 +518,9 @@ fn replay_through<B: Backend>(
     for h in replayer.take_live() {
         target.free(h);
     }
-    target.clock.submit(target.inner.engine);
+    if submit_every > 0 {
+        target.clock.submit(target.inner.engine);
+    }
     let counts = replayer.counts();
     let s = engine.stats();
     let c = s.counters;
