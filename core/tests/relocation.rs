@@ -482,14 +482,12 @@ fn replay_with_submit_points(name: &str, every: u64) -> u64 {
                         m.id
                     );
                 }
-                match &r {
-                    Ok(a) => {
-                        clock.allocated(&mut e, a.id, true);
-                        if every > 0 {
-                            since_submit.push(a.id);
-                        }
-                    }
-                    Err(_) => clock.refused(&mut e),
+                let id = r.as_ref().ok().map(|a| a.id);
+                clock.allocated(&mut e, id, true);
+                if let Some(id) = id
+                    && every > 0
+                {
+                    since_submit.push(id);
                 }
                 replayer.allocated(r.map(|a| a.id)).unwrap();
             }

@@ -198,12 +198,9 @@ impl<B: Backend> ReplayTarget for EnginePolicy<B> {
             self.engine.take_moves();
         }
         self.ops += 1;
-        match &r {
-            Ok(a) => self
-                .submits
-                .allocated(&mut self.engine, a.id, self.requests.relocatable),
-            Err(_) => self.submits.refused(&mut self.engine),
-        }
+        let id = r.as_ref().ok().map(|a| a.id);
+        self.submits
+            .allocated(&mut self.engine, id, self.requests.relocatable);
         r.map(|a| a.id)
     }
     fn free(&mut self, h: BlockId) {

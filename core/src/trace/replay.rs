@@ -403,22 +403,21 @@ impl SubmitClock {
         }
     }
 
-    /// Counts an allocation the engine made; pins a relocatable block until
-    /// the next submit point.
+    /// Counts an allocation: the block the engine made (`None`: it refused
+    /// the request), pinned until the next submit point if it is relocatable.
     pub fn allocated<B: Backend>(
         &mut self,
         engine: &mut Engine<B>,
-        id: BlockId,
+        id: Option<BlockId>,
         relocatable: bool,
     ) {
-        if relocatable && self.every > 0 && engine.set_relocatable(id, false).is_ok() {
+        if let Some(id) = id
+            && relocatable
+            && self.every > 0
+            && engine.set_relocatable(id, false).is_ok()
+        {
             self.pinned.push(id);
         }
-        self.event(engine);
-    }
-
-    /// Counts an allocation the engine refused.
-    pub fn refused<B: Backend>(&mut self, engine: &mut Engine<B>) {
         self.event(engine);
     }
 
@@ -464,12 +463,9 @@ impl<B: Backend> ReplayTarget for Submitting<'_, B> {
     type Handle = BlockId;
     fn allocate(&mut self, size: u64) -> Result<BlockId, Error> {
         let r = self.inner.allocate(size);
-        match r {
-            Ok(id) => self
-                .clock
-                .allocated(self.inner.engine, id, self.inner.relocatable),
-            Err(_) => self.clock.refused(self.inner.engine),
-        }
+        let relocatable = self.inner.relocatable;
+        self.clock
+            .allocated(self.inner.engine, r.as_ref().ok().copied(), relocatable);
         r
     }
     fn free(&mut self, handle: BlockId) {
