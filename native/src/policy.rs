@@ -231,6 +231,10 @@ impl<B: Backend> Policy for EnginePolicy<B> {
         }
     }
     fn empty_cache(&mut self) -> u64 {
+        // A caller submits its last commands before it empties the cache:
+        // what it dropped since its last submit comes back first, and is
+        // destroyed rather than abandoned.
+        self.submits.submit(&mut self.engine);
         self.engine.empty_cache()
     }
     fn stats(&self) -> Option<Stats> {

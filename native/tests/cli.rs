@@ -149,6 +149,38 @@ fn a_ceiling_replays_as_no_limit_where_a_budget_churns() {
 }
 
 #[test]
+fn a_replay_that_submits_ends_with_a_submit_before_empty_cache() {
+    // A caller submits its last commands before it empties the cache: the
+    // blocks it dropped since its last submit come back then, so
+    // `empty_cache` destroys every segment and abandons none (without the
+    // final submit, small_mlp at 64 abandoned 16 of its segments there).
+    let mlp = trace("small_mlp");
+    let run = |every: &str| {
+        let v = json(
+            vrampool()
+                .args(["replay", "--simulate", "--submit-every", every])
+                .arg(&mlp),
+        );
+        v.as_array().unwrap()[0].clone()
+    };
+    for every in ["0", "64"] {
+        let r = run(every);
+        assert_eq!(r["segments_abandoned"], 0, "--submit-every {every}");
+        let (created, released, at_end) = (
+            f(&r["report"]["segment_bytes_created"]),
+            f(&r["report"]["segment_bytes_released"]),
+            f(&r["released_by_empty_cache"]),
+        );
+        assert_eq!(
+            released + at_end,
+            created,
+            "--submit-every {every}: everything made is given back"
+        );
+        assert!(at_end > 0.0, "--submit-every {every}");
+    }
+}
+
+#[test]
 fn corpus_gives_the_figures_tables_rows_and_what_they_miss() {
     // Two small traces at full size and ÷64 with their smallest budgets: the
     // figures equal data/figures.json's rows (tests/tests/figures.rs), and a

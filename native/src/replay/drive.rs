@@ -8,7 +8,7 @@ use anyhow::{Result, anyhow};
 use indicatif::ProgressBar;
 use serde::Serialize;
 use vrampool::trace::{Foresight, Replayer, Step, smallest_budget};
-use vrampool::{Backend, Config, ReplayReport, Trace};
+use vrampool::{Backend, Config, ReplayReport, Stats, Trace};
 
 use vrampool::trace::Expandable;
 
@@ -37,6 +37,10 @@ pub struct Outcome {
     pub summary: String,
     /// Bytes `empty_cache` gave back at the end.
     pub released_at_end: u64,
+    /// Segments the engine abandoned during the replay and its
+    /// `empty_cache` (dropped while blocks in them awaited a submit; 0 for
+    /// the baselines).
+    pub segments_abandoned: u64,
 }
 
 /// When a [`Probe`] is called.
@@ -157,6 +161,7 @@ fn drive<P: Policy>(
     let mut samples = Vec::with_capacity(1024);
     let mut replayer = Replayer::new(trace);
     let before = p.figures();
+    let stats_before = p.stats();
     let mut peak = Figures::default();
     let mut aside_ns = 0u128;
     let start = Instant::now();
@@ -208,6 +213,8 @@ fn drive<P: Policy>(
     probe(Moment::CacheHeld);
     let released_at_end = p.empty_cache();
     probe(Moment::Emptied);
+    let abandoned = |s: Option<Stats>| s.map_or(0, |s| s.counters.segments_abandoned);
+    let segments_abandoned = abandoned(p.stats()) - abandoned(stats_before);
     let counts = replayer.counts();
     let hits = f.cache_hits - before.cache_hits;
     Ok(Outcome {
@@ -241,6 +248,7 @@ fn drive<P: Policy>(
         samples,
         summary,
         released_at_end,
+        segments_abandoned,
     })
 }
 

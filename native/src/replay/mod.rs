@@ -473,6 +473,7 @@ fn print_replay(
                     "estimated_device_ms": r.policy.runs_on_a_gpu()
                         .then(|| DeviceCost::H200_VULKAN.of_replay(&r.outcome.report)),
                     "released_by_empty_cache": r.outcome.released_at_end,
+                    "segments_abandoned": r.outcome.segments_abandoned,
                     "min_budget": r.min_budget.map(|m| m.0),
                     "device_allocs_at_min_budget": r.min_budget.map(|m| m.1),
                     "driver": r.driver,
