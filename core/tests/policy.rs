@@ -599,7 +599,9 @@ fn a_pool_that_submits_every_few_operations_does_not_recreate_its_segments() {
             };
             let (ours, pytorch) = (created(Config::default()), created(Config::pytorch()));
             assert!(
-                ours.0 <= 2 * pytorch.0,
+                // 1.5 ×: the pool is at 1.11–1.35 × (gan_train ÷1 at 64
+                // the highest), so a third more churn than now fails.
+                2 * ours.0 <= 3 * pytorch.0,
                 "{name}, a submit every {every}: {} MiB in {} segments, PyTorch's scheme {} MiB in {}",
                 ours.0 / MIB,
                 ours.1,

@@ -384,7 +384,9 @@ fn a_pool_submitting_every_64_operations_does_not_recreate_its_segments() {
     );
     assert_eq!(s.total.reserved_bytes.peak, ours.peak_reserved);
     assert!(
-        s.counters.bytes_created <= 2 * pytorch.segment_bytes_created,
+        // 1.5 ×: the pool is at 1.35 × (124 against 92 MiB on the H200's
+        // buffer size), so a tenth more churn than now fails.
+        2 * s.counters.bytes_created <= 3 * pytorch.segment_bytes_created,
         "{} MiB of segments created, PyTorch's scheme {} MiB",
         s.counters.bytes_created >> 20,
         pytorch.segment_bytes_created >> 20
