@@ -104,14 +104,26 @@ fn assert_no_overlap(engine: &Engine<Device>) {
 }
 
 /// What a refused request may change: the OOM and retry counters and the
-/// cache it released — all that was releasable — and nothing else.
-fn assert_only_the_cache_went(before: &Stats, after: &Stats) -> Result<(), TestCaseError> {
+/// cache it released, and nothing else. The device refused it: all that was
+/// releasable went (what the device needs back is unknown). The limit
+/// refused it: nothing went, since the limit refuses only a request that
+/// not even the whole cache would make room for.
+fn assert_only_the_cache_went(
+    before: &Stats,
+    after: &Stats,
+    device_refused: bool,
+) -> Result<(), TestCaseError> {
     let released = after.counters.bytes_released - before.counters.bytes_released;
-    prop_assert_eq!(
-        released,
-        before.releasable_bytes,
-        "all the cache, and only it"
-    );
+    if device_refused {
+        prop_assert_eq!(
+            released,
+            before.releasable_bytes,
+            "all the cache, and only it"
+        );
+    } else {
+        prop_assert_eq!(released, 0, "a cache that could not make room is kept");
+        prop_assert_eq!(after.counters.alloc_retries, before.counters.alloc_retries);
+    }
     prop_assert_eq!(after.total.allocated_bytes, before.total.allocated_bytes);
     prop_assert_eq!(after.total.requested_bytes, before.total.requested_bytes);
     // Released segments may have held pending blocks (they were abandoned).
@@ -159,9 +171,8 @@ proptest! {
         let align = config.alignment;
         let faults = Faults::new();
         let device = Faulty::new(SimulatedDevice::with_max_buffer_size(64 << 30, 1 << 30), faults.clone());
-        let Ok(mut engine) = Engine::new(device, config) else {
-            return Ok(()); // a preallocation above max_buffer_size: refused by Engine::new
-        };
+        // Every setup is valid: a preallocation of at most 256 MiB on 1 GiB buffers.
+        let mut engine = Engine::new(device, config).expect("setup() makes valid configurations");
         let mut live: Vec<(BlockId, u64, (u64, u64))> = Vec::new();
         // Byte ranges (by segment address) of blocks freed with defer_free and
         // not reclaimed yet: no allocation may land on them.
@@ -188,11 +199,16 @@ proptest! {
                         }
                         Err(Error::OutOfMemory(info)) => {
                             if !info.device_refused {
-                                // The limit refused: only when it really leaves no room.
+                                // The limit refused: only when not even the
+                                // whole cache would make room.
                                 let limit = info.limit.expect("no OOM without a limit on a 64 GiB device");
                                 prop_assert!(info.reserved + size > limit - align);
+                                prop_assert!(
+                                    before.total.reserved_bytes.current - before.releasable_bytes + size
+                                        > limit - align
+                                );
                             }
-                            assert_only_the_cache_went(&before, &engine.stats())?;
+                            assert_only_the_cache_went(&before, &engine.stats(), info.device_refused)?;
                         }
                         Err(Error::DeviceLost(_)) => {
                             lost = true;

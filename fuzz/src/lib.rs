@@ -143,12 +143,18 @@ struct Session {
 }
 
 /// What a refused request may change: the OOM and retry counters, and the
-/// cache it released — all that was releasable, and, with relocatable
-/// blocks, segments the soft headroom emptied by moving their blocks.
-/// Everything else of `after` equals `before`.
-fn check_refusal(before: &Stats, after: &Stats) {
+/// cache it released. Refused by the limit: nothing (the limit refuses only
+/// a request not even the whole cache would make room for, and keeps that
+/// cache). Refused by the device: all that was releasable, and, with
+/// relocatable blocks, segments the soft headroom emptied by moving their
+/// blocks. Everything else of `after` equals `before`.
+fn check_refusal(before: &Stats, after: &Stats, device_refused: bool) {
     let released = after.counters.bytes_released - before.counters.bytes_released;
-    if after.counters.blocks_moved == before.counters.blocks_moved {
+    if !device_refused {
+        assert_eq!(released, 0, "the limit's refusal keeps the cache");
+        assert_eq!(after.counters.alloc_retries, before.counters.alloc_retries);
+        assert_eq!(after.counters.blocks_moved, before.counters.blocks_moved);
+    } else if after.counters.blocks_moved == before.counters.blocks_moved {
         assert_eq!(
             released, before.releasable_bytes,
             "a refused request releases every releasable byte before it fails"
@@ -253,7 +259,9 @@ pub fn engine_ops(data: &[u8]) {
                         }
                         live.push(a);
                     }
-                    Err(Error::OutOfMemory(_)) => check_refusal(&before, &engine.stats()),
+                    Err(Error::OutOfMemory(info)) => {
+                        check_refusal(&before, &engine.stats(), info.device_refused)
+                    }
                     Err(_) => {
                         let after = engine.stats();
                         assert_eq!(after.total.allocated_bytes, before.total.allocated_bytes);

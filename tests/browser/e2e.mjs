@@ -371,7 +371,7 @@ try {
   await waitFor('the page to keep working', async () => (await num('#stat-allocated')) === 16 * 2 ** 20);
   assert.ok((await num('#ctr-hits')) >= before);
 
-  // 6. Induced OOM: the pool releases, retries and reports; nothing invalid is handed out.
+  // 6. Induced OOM: the budget gives the cache back, the pool reports; nothing invalid is handed out.
   await page.click('#btn-free-all');
   await page.fill('#alloc-n', '8');
   await page.click('#btn-alloc');

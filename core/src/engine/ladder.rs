@@ -115,7 +115,8 @@ impl<B: Backend> Engine<B> {
 
     /// Step one of an allocation: a cached block, or the segment to create.
     /// Refusals the engine decides alone (device lost, size 0, larger than a
-    /// buffer, over the hard limit with nothing left to release) are errors
+    /// buffer, over the hard limit even with the whole cache released, which
+    /// then stays) are errors
     /// here; a request the cache serves changes the figures as
     /// [`Engine::allocate`] does.
     ///
@@ -161,14 +162,21 @@ impl<B: Backend> Engine<B> {
             if self.held() + rounded <= limit {
                 size = self.fit(size, rounded, limit);
             } else {
+                let hopeless = self.held() - self.releasable() + rounded > limit;
                 // Releasing cannot make room: a cached block of any class
                 // serves the request instead, and nothing is released for it.
                 if self.config.any_block_before_oom
-                    && self.held() - self.releasable() + rounded > limit
+                    && hopeless
                     && let Some(b) = self.find_last_resort(pool, class, rounded)
                 {
                     self.counters.cache_hits += 1;
                     return Ok(Planned::Hit(self.take_block(b, rounded, req)));
+                }
+                if hopeless {
+                    // Not even the whole cache would make room (a request
+                    // above the limit, or beside live blocks that fill it):
+                    // the request fails and the cache it could not use stays.
+                    return Err(self.oom(req.size, false));
                 }
                 self.counters.alloc_retries += 1;
                 retried = true;

@@ -498,7 +498,8 @@ impl Pool {
     }
 
     /// Allocates a buffer range. Natively the device's answer is known at once:
-    /// on out-of-memory the pool releases its cache, retries, calls the OOM
+    /// on out-of-memory the pool releases its cache, retries (under its limit
+    /// only where that makes room), calls the OOM
     /// observers and returns [`Error::OutOfMemory`]; it never hands out an
     /// invalid buffer.
     #[cfg(not(target_arch = "wasm32"))]

@@ -109,12 +109,12 @@ fn refused_requests_name_the_problem_and_change_nothing() {
             assert!(e.contains(want), "{}: `{e}` lacks `{want}`", c.case);
         }
         let mut after = pool.stats();
-        // An out-of-memory is counted, and its retry released the cache:
-        // that is the policy, not a side effect of bad input.
+        // An out-of-memory is counted, and nothing else changes: not even
+        // the whole cache would make room under the limit, so it is kept.
         if e.starts_with("out of memory") {
+            assert!(before.releasable_bytes > 0, "the case has cache to lose");
             assert_eq!(after.counters.ooms, before.counters.ooms + 1);
-            assert_eq!(after.total.allocated_bytes, before.total.allocated_bytes);
-            after = before.clone();
+            after.counters.ooms = before.counters.ooms;
         }
         assert_eq!(after, before, "{}: the figures changed", c.case);
         pool.check_invariants()

@@ -32,7 +32,7 @@ fn check_oom(pool: &Pool, e: &Error, requested: u64) -> OomInfo {
 }
 
 #[test]
-fn under_a_limit_the_cache_is_released_before_an_error_and_nothing_invalid_is_handed_out() {
+fn under_a_limit_the_cache_makes_room_where_it_can_and_nothing_invalid_is_handed_out() {
     let limit = 96 << 20;
     let pool = pool_with(Config {
         limit: Some(Limit::Bytes(limit)),
@@ -44,7 +44,7 @@ fn under_a_limit_the_cache_is_released_before_an_error_and_nothing_invalid_is_ha
     pool.on_oom(move |i| sink.lock().unwrap().push(*i));
     let mut rng = Rng(0xf00d);
     let mut held: Vec<PoolBuffer> = Vec::new();
-    let mut ooms = 0;
+    let (mut ooms, mut made_room) = (0, 0);
     // Random sizes and frees: the pool fills, fragments, caches; every refusal
     // must be a clean error with true figures, never a broken buffer.
     for op in 0..4000 {
@@ -64,7 +64,13 @@ fn under_a_limit_the_cache_is_released_before_an_error_and_nothing_invalid_is_ha
         let before = pool.stats();
         let access = [Access::ReadWrite, Access::ReadOnly, Access::Any][rng.below(3) as usize];
         match pool.alloc(AllocDesc::storage(size).access(access).label("filler")) {
-            Ok(b) => held.push(b),
+            Ok(b) => {
+                if pool.stats().counters.bytes_released > before.counters.bytes_released {
+                    // The cache was released to make room under the limit.
+                    made_room += 1;
+                }
+                held.push(b)
+            }
             Err(e) => {
                 let info = check_oom(&pool, &e, size.next_multiple_of(4));
                 assert_eq!(info.limit, Some(limit));
@@ -74,16 +80,21 @@ fn under_a_limit_the_cache_is_released_before_an_error_and_nothing_invalid_is_ha
                 );
                 let after = pool.stats();
                 assert_eq!(after.total.allocated_bytes, before.total.allocated_bytes);
-                // Before refusing, the pool released every releasable byte,
-                // and nothing else changed but the counters.
-                let released = after.counters.bytes_released - before.counters.bytes_released;
+                // The limit refuses only a request not even the whole cache
+                // would make room for, and then keeps that cache: nothing
+                // changed but the counters.
+                let rounded = size.next_multiple_of(256);
+                assert!(
+                    before.total.reserved_bytes.current - before.releasable_bytes + rounded > limit,
+                    "op {op}: refused a request the cache could have made room for"
+                );
                 assert_eq!(
-                    released, before.releasable_bytes,
-                    "all the releasable cache"
+                    after.counters.bytes_released, before.counters.bytes_released,
+                    "op {op}: the cache it could not use is kept"
                 );
                 assert_eq!(
                     after.total.reserved_bytes.current,
-                    before.total.reserved_bytes.current - released
+                    before.total.reserved_bytes.current
                 );
                 assert_eq!(after.counters.device_allocs, before.counters.device_allocs);
                 ooms += 1;
@@ -93,6 +104,10 @@ fn under_a_limit_the_cache_is_released_before_an_error_and_nothing_invalid_is_ha
     }
     pool.check_invariants().unwrap();
     assert!(ooms >= 10, "the limit was reached often: {ooms} refusals");
+    assert!(
+        made_room >= 10,
+        "the cache made room often: {made_room} allocations released it"
+    );
     assert_eq!(
         observed.lock().unwrap().len(),
         ooms,

@@ -60,8 +60,9 @@ pub fn SettingsPanel() -> impl IntoView {
         });
     };
     let induce_oom = move |_| {
-        // A budget just above what is live: the next requests make the pool
-        // release its cache and retry, then report an out-of-memory.
+        // A budget just above what is live: setting it gives the cache back,
+        // the next requests fill it, and the first one past it is refused
+        // with an out-of-memory (the cache it could not use kept).
         let Some(limit) = page.with_model(|m| {
             let limit = m.stats().total.allocated_bytes.current + 4 * MIB;
             match m.set_limits(Some(limit), None) {
