@@ -385,7 +385,7 @@ fn handles_dropped_while_their_pool_goes_park_nowhere() {
             reuse: Reuse::Immediate,
             ..PoolOptions::default()
         };
-        let pool = Pool::new(device.clone(), queue.clone(), options).unwrap();
+        let pool = Pool::new(device.clone(), queue.clone(), options.clone()).unwrap();
         let mut blocks: Vec<_> = (0..16).map(|_| pool.alloc(desc).unwrap()).collect();
         let start = std::sync::Barrier::new(5);
         std::thread::scope(|s| {
@@ -401,12 +401,19 @@ fn handles_dropped_while_their_pool_goes_park_nowhere() {
             start.wait();
             drop(pool);
         });
-        let next = Pool::new(device.clone(), queue.clone(), PoolOptions::default()).unwrap();
+        // Reuse::Immediate: a handle parked where the next pool looks would
+        // be served at once, with no submit between.
+        let next = Pool::new(device.clone(), queue.clone(), options).unwrap();
         let held: Vec<_> = (0..16).map(|_| next.alloc(desc).unwrap()).collect();
         next.check_invariants()
             .unwrap_or_else(|e| panic!("round {round}: {e}"));
         assert_eq!(next.stats().counters.front_hits, 0, "round {round}");
         drop(held);
+        // The control: the next pool's own dropped handles are served from
+        // its front cache.
+        let again = next.alloc(desc).unwrap();
+        assert!(next.stats().counters.front_hits >= 1, "round {round}");
+        drop(again);
     }
 }
 
