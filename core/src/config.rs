@@ -64,8 +64,8 @@ pub enum LimitKind {
     /// would pass it (shrink the segment, release cached segments, take any
     /// cached block, then fail). A ceiling the workload never reaches
     /// changes nothing; near peak live it fails sooner than a budget (on
-    /// the corpus, OOMs at 1.1 × peak live on 17 of 54 rows, a budget on none,
-    /// PyTorch's scheme on 35).
+    /// the corpus of 2026-12-01, OOMs at 1.1 × peak live on 17 of its 54
+    /// rows, a budget on none, PyTorch's scheme on 35).
     Ceiling,
 }
 
@@ -132,7 +132,7 @@ pub struct Placement {
     pub medium_segment_fraction: f64,
     /// A new medium segment holds at least this many blocks of the size of
     /// the request it is made for, whatever `medium_segment_fraction` (or,
-    /// under a budget, an eighth of it) caps, up to `medium_segment` (at
+    /// under a budget, an eighth of the budget) caps, up to `medium_segment` (at
     /// least 1). A whole number, so a size that recurs fills the segment
     /// without a sliver left over; three rather than two, so recurring sizes
     /// share fewer segments (BENCHMARKS.md, "Sweeps over the resized corpus").
@@ -218,12 +218,12 @@ impl Placement {
     /// medium class), which the pool can give back whole the moment the limit
     /// needs it; smaller ones share 1 MiB segments; a cached large block serves
     /// only requests that fill 90 % of it, so a small tensor never pins a big
-    /// block (the failure PyTorch's `max_split_size` exists for). On the 54
-    /// trace × scale rows of data/traces this keeps the smallest budget within
-    /// 1.03 × peak live + 1 MiB and at or below the PyTorch preset's on every
-    /// row (with requests up to 256 KiB shared, two rows missed it; with 1–4
-    /// MiB requests packed into 32 MiB segments, 30 of the 45 tuned ones;
-    /// BENCHMARKS.md).
+    /// block (the failure PyTorch's `max_split_size` exists for). On the 63
+    /// trace × scale rows of data/traces (held-out traces included) this
+    /// keeps the smallest budget within 1.03 × peak live + 1 MiB and at or
+    /// below the PyTorch preset's on every row (with requests up to 256 KiB
+    /// shared, two rows missed it; with 1–4 MiB requests packed into 32 MiB
+    /// segments, 30 of the 45 tuned ones; BENCHMARKS.md).
     pub fn under_limit() -> Self {
         Placement {
             small_request: 96 << 10,
@@ -360,9 +360,9 @@ pub struct Config {
     /// say. PyTorch's allocator has no such step (off in
     /// [`Config::pytorch`]). A device's own refusal does not take it: there
     /// the whole cache is released and the request asked for once more (see
-    /// [`Engine::refused`](crate::Engine::refused)). On the corpus it lowers
-    /// the smallest budget with no OOM of small_loop ÷16 from 1.417 to 1.223
-    /// × peak live (BENCHMARKS.md). `false` is also what a configuration
+    /// [`Engine::refused`](crate::Engine::refused)). When it was added (c6917dc) it
+    /// lowered the smallest budget with no OOM of small_loop ÷16 from 1.417 to
+    /// 1.223 × peak live (BENCHMARKS.md; 1.081 with today's placement). `false` is also what a configuration
     /// saved without the field reads as.
     #[serde(default)]
     pub any_block_before_oom: bool,
@@ -384,8 +384,9 @@ pub struct Config {
     pub default_usage: u32,
     /// Medium and large blocks share one best-fit index, as in PyTorch's
     /// "large pool": a request of 1–10 MiB may split a cached large block and a
-    /// large request may use a medium segment. Off by default: on the shared
-    /// traces it raised the unlimited ratios to 1.080 / 1.067 / 1.051 (BENCHMARKS.md).
+    /// large request may use a medium segment. Off by default: with the soft
+    /// headroom it missed the 1.10 × target on 14 of the 45 tuned rows
+    /// against 8 without it (BENCHMARKS.md).
     pub shared_large_pool: bool,
     /// Without a budget, the engine moves [relocatable](crate::Request::relocatable)
     /// blocks to serve a request from memory it holds instead of a new

@@ -275,7 +275,8 @@ pub struct ReplayReport {
     pub cache_hits: u64,
     /// Allocations that needed a device call.
     pub cache_misses: u64,
-    /// Allocations refused for lack of memory.
+    /// Allocations refused: out of memory, or any other error (too large,
+    /// device lost).
     pub ooms: u64,
     /// Allocations that had to release cache and retry.
     pub retries: u64,
