@@ -582,8 +582,14 @@ fn bench_threads_reports_hits_per_second_and_scaling() {
             ("immediate", 2.0)
         ]
     );
-    assert_eq!(f(&rows[0]["scaling"]), 1.0);
-    assert_eq!(f(&rows[2]["scaling"]), 1.0);
+    // Scaling is hits per second over the first count's, per reuse mode (a
+    // figure, not a timed assertion: two threads on a busy 2-core machine
+    // may scale by anything).
+    for pair in rows.chunks(2) {
+        assert_eq!(f(&pair[0]["scaling"]), 1.0);
+        let over = f(&pair[1]["hits_per_s"]) / f(&pair[0]["hits_per_s"]);
+        assert!((f(&pair[1]["scaling"]) - over).abs() < 1e-6, "{pair:?}");
+    }
     for r in rows {
         assert!(f(&r["hits_per_s"]) > 0.0, "{r}");
         // Every operation counted was a cache hit.
