@@ -51,10 +51,12 @@ pub struct UsageConflict {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// The request could not be served even after the cache was released.
+    /// The request could not be served: the device refused it even after
+    /// the cache was released, or the limit refused it because not even the
+    /// whole cache, released, would make room (the cache is then kept).
     #[error(
-        "out of memory: tried to allocate {req}; {alloc} allocated, {res} reserved ({cached} cached, not releasable{pending}), limit {limit}{who}. \
-         Drop live buffers you no longer need, call empty_cache(), raise the limit, or use smaller batches",
+        "out of memory: tried to allocate {req}; {alloc} allocated, {res} reserved ({cached} cached, {kept}{pending}), limit {limit}{who}. \
+         Drop live buffers you no longer need, {empty}raise the limit, or use smaller batches",
         req = fmt_bytes(.0.requested),
         alloc = fmt_bytes(.0.allocated),
         res = fmt_bytes(.0.reserved),
@@ -63,7 +65,9 @@ pub enum Error {
             format!("; {} pending: dropped, but not reusable until the pool learns their commands were submitted (Pool::submit)", fmt_bytes(.0.pending))
         },
         limit = .0.limit.map(fmt_bytes).unwrap_or_else(|| "none".into()),
-        who = if .0.device_refused { "; the device refused the segment" } else { "" }
+        who = if .0.device_refused { "; the device refused the segment" } else { "" },
+        kept = if .0.device_refused { "not releasable" } else { "kept: releasing it would not make room" },
+        empty = if .0.device_refused { "call empty_cache(), " } else { "" }
     )]
     OutOfMemory(OomInfo),
 

@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use arbitrary::{Arbitrary, Unstructured};
 use vrampool::fault::{Fault, Faults, Faulty};
 use vrampool::{
-    Allocation, Config, Engine, Error, Growth, Limit, LimitKind, Planned, Request, SimulatedDevice,
-    Stats, Trace, replay,
+    Allocation, Config, Engine, Error, Growth, Limit, LimitKind, OomInfo, Planned, Request,
+    SimulatedDevice, Stats, Trace, replay,
 };
 
 /// Any bytes, plain or gzip: the reader returns a trace or an error with a
@@ -148,9 +148,14 @@ struct Session {
 /// cache). Refused by the device: all that was releasable, and, with
 /// relocatable blocks, segments the soft headroom emptied by moving their
 /// blocks. Everything else of `after` equals `before`.
-fn check_refusal(before: &Stats, after: &Stats, device_refused: bool) {
+fn check_refusal(before: &Stats, after: &Stats, info: &OomInfo, rounded: u64) {
     let released = after.counters.bytes_released - before.counters.bytes_released;
-    if !device_refused {
+    if !info.device_refused {
+        let limit = info.limit.expect("only a limit refuses but the device");
+        assert!(
+            before.total.reserved_bytes.current - before.releasable_bytes + rounded > limit,
+            "the limit refused a request the cache could have made room for"
+        );
         assert_eq!(released, 0, "the limit's refusal keeps the cache");
         assert_eq!(after.counters.alloc_retries, before.counters.alloc_retries);
         assert_eq!(after.counters.blocks_moved, before.counters.blocks_moved);
@@ -260,7 +265,9 @@ pub fn engine_ops(data: &[u8]) {
                         live.push(a);
                     }
                     Err(Error::OutOfMemory(info)) => {
-                        check_refusal(&before, &engine.stats(), info.device_refused)
+                        let a = engine.config().alignment;
+                        let rounded = size.div_ceil(a) * a;
+                        check_refusal(&before, &engine.stats(), &info, rounded)
                     }
                     Err(_) => {
                         let after = engine.stats();

@@ -6,7 +6,7 @@
 //! figures on the H200): its figures (peak reserved ÷ peak live with no limit, device
 //! allocations, bytes of segments created, the smallest budget with no OOM
 //! and the device allocations it needs) must equal the checked-in table
-//! data/figures.json within a small margin, and BENCHMARKS.md's figures block
+//! data/figures.json (bytes and counts exactly, ratios and budgets to 1e-9), and BENCHMARKS.md's figures block
 //! must be that table. A change that moves a figure fails here until the
 //! table is regenerated in the same commit:
 //!

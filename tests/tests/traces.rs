@@ -297,6 +297,7 @@ fn a_scaled_trace_replays_on_lavapipe() {
     let f = fronted.stats();
     assert_eq!(f.total.allocated_bytes.current, 0);
     assert_eq!(f.total.requested_bytes.peak, s.total.requested_bytes.peak);
+    assert_eq!(s.counters.front_hits, 0, "the pool without a front cache");
     // A tensor freed and the same size allocated next: 259 of 3 549 here,
     // on one thread, so the same every run (a front cache that served half
     // as often, or twice, fails).

@@ -181,6 +181,9 @@ impl<B: Backend> Engine<B> {
                 self.counters.alloc_retries += 1;
                 retried = true;
                 self.release_ordered((self.held() + rounded).saturating_sub(limit));
+                // Not hopeless: releasing every candidate makes room, and
+                // release_ordered stops only once it has.
+                debug_assert!(self.held() + rounded <= limit, "the release made room");
                 if self.held() + rounded > limit {
                     return Err(self.oom(req.size, false));
                 }

@@ -293,8 +293,9 @@ impl<B: Backend> Engine<B> {
         self.recreated = false;
     }
 
-    /// Registers an observer called on every out-of-memory, after the cache
-    /// was released and the request still failed.
+    /// Registers an observer called on every out-of-memory: after the cache
+    /// was released and the device still refused, or when the limit refused
+    /// a request not even the whole cache would make room for.
     pub fn add_oom_observer(&mut self, f: OomObserver) {
         self.observers.push(f);
     }

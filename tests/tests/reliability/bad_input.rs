@@ -119,9 +119,19 @@ fn refused_requests_name_the_problem_and_change_nothing() {
         assert_eq!(after, before, "{}: the figures changed", c.case);
         pool.check_invariants()
             .unwrap_or_else(|e| panic!("{}: {e}", c.case));
-        // The async path refuses the same way.
+        // The async path refuses the same way, with the same figures.
+        let before = pool.stats();
         let a = pollster::block_on(pool.alloc_async(c.desc));
-        assert!(a.is_err(), "{}: alloc_async handed out a buffer", c.case);
+        let Err(async_error) = a else {
+            panic!("{}: alloc_async handed out a buffer", c.case)
+        };
+        assert_eq!(async_error.to_string(), e, "{}", c.case);
+        let mut after = pool.stats();
+        if e.starts_with("out of memory") {
+            assert_eq!(after.counters.ooms, before.counters.ooms + 1);
+            after.counters.ooms = before.counters.ooms;
+        }
+        assert_eq!(after, before, "{}: alloc_async changed the figures", c.case);
         pool.check_invariants().unwrap();
     }
     drop(kept);
