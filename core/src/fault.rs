@@ -26,6 +26,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::backend::{Backend, DeviceError, SegmentDesc};
+use crate::stats::Stats;
 
 /// How an injected refusal looks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -240,4 +241,50 @@ impl<B: Backend> Backend for Faulty<B> {
     fn capacity(&self) -> Option<u64> {
         self.inner.capacity()
     }
+}
+
+/// The stats a request the device refused may leave, from those `before`
+/// it and those `after`: `before`, with the OOM count one up, `retries`
+/// more retries, nothing releasable left, and what releasing the cache
+/// changes taken from `after` (segments and bytes released, cached and free
+/// figures, the largest free block, the per-pool figures where no pool was
+/// added). Nothing else may move — no miss counted, no pool shown, no peak
+/// raised, no pending block abandoned (ARCHITECTURE.md, invariant 9; a test
+/// with pending blocks checks those itself) — so a test compares `after`
+/// with this whole.
+///
+/// ```
+/// use vrampool::fault::{Fault, Faults, Faulty, stats_after_refusal};
+/// use vrampool::{Config, Engine, Request, SimulatedDevice};
+/// let faults = Faults::new();
+/// let mut e = Engine::new(Faulty::new(SimulatedDevice::new(1 << 30), faults.clone()), Config::default())?;
+/// let cached = e.allocate(Request::new(8 << 20, 0))?;
+/// e.free(cached.id)?;
+/// let before = e.stats();
+/// for n in 1..=3 {
+///     faults.refuse(n, Fault::OutOfMemory); // every step of the ladder
+/// }
+/// assert!(e.allocate(Request::new(64 << 20, 0)).is_err());
+/// let after = e.stats();
+/// assert_eq!(after.counters.bytes_released, before.releasable_bytes);
+/// assert_eq!(after, stats_after_refusal(&before, &after, 1));
+/// # Ok::<(), vrampool::Error>(())
+/// ```
+pub fn stats_after_refusal(before: &Stats, after: &Stats, retries: u64) -> Stats {
+    let mut expected = before.clone();
+    expected.counters.ooms += 1;
+    expected.counters.alloc_retries += retries;
+    expected.counters.device_frees = after.counters.device_frees;
+    expected.counters.bytes_released = after.counters.bytes_released;
+    expected.total.reserved_bytes.current = after.total.reserved_bytes.current;
+    expected.total.cached_bytes.current = after.total.cached_bytes.current;
+    expected.total.segments.current = after.total.segments.current;
+    expected.total.free_blocks.current = after.total.free_blocks.current;
+    expected.releasable_bytes = 0;
+    expected.largest_free_block = after.largest_free_block;
+    expected.inactive_split_bytes = after.inactive_split_bytes;
+    if after.pools.len() == before.pools.len() {
+        expected.pools.clone_from(&after.pools);
+    }
+    expected
 }
