@@ -130,6 +130,9 @@ pub struct Figures {
     pub bytes_moved: u64,
     /// Batches of moves, one command buffer each.
     pub move_batches: u64,
+    /// Segments dropped while blocks in them awaited a submit (the engine's
+    /// `segments_abandoned`; 0 for the baselines).
+    pub segments_abandoned: u64,
 }
 
 /// An allocator the replay can drive: core's [`ReplayTarget`] (allocate,
@@ -228,6 +231,7 @@ impl<B: Backend> Policy for EnginePolicy<B> {
             blocks_moved: s.counters.blocks_moved,
             bytes_moved: s.counters.bytes_moved,
             move_batches: s.counters.move_batches(),
+            segments_abandoned: s.counters.segments_abandoned,
         }
     }
     fn empty_cache(&mut self) -> u64 {

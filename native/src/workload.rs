@@ -124,6 +124,7 @@ fn train(pool: &Pool, cfg: MlpConfig, steps: u32, c: &Common) -> Result<Run> {
                     blocks_moved: st.counters.blocks_moved,
                     bytes_moved: st.counters.bytes_moved,
                     move_batches: st.counters.move_batches(),
+                    segments_abandoned: st.counters.segments_abandoned,
                 },
             });
         }

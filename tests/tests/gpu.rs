@@ -409,7 +409,7 @@ fn a_device_refusal_takes_the_ladder_step_by_step_on_both_paths() {
         // Everything else as it was: no miss counted, no pool shown, no peak moved.
         assert_eq!(
             after,
-            vrampool::fault::stats_after_refusal(&before, &after, 1),
+            vrampool::fault::stats_after_refusal(&before, &after),
             "{path:?}"
         );
         pool.check_invariants().unwrap();

@@ -8,7 +8,7 @@ use anyhow::{Result, anyhow};
 use indicatif::ProgressBar;
 use serde::Serialize;
 use vrampool::trace::{Foresight, Replayer, Step, smallest_budget};
-use vrampool::{Backend, Config, ReplayReport, Stats, Trace};
+use vrampool::{Backend, Config, ReplayReport, Trace};
 
 use vrampool::trace::Expandable;
 
@@ -161,7 +161,6 @@ fn drive<P: Policy>(
     let mut samples = Vec::with_capacity(1024);
     let mut replayer = Replayer::new(trace);
     let before = p.figures();
-    let stats_before = p.stats();
     let mut peak = Figures::default();
     let mut aside_ns = 0u128;
     let start = Instant::now();
@@ -213,8 +212,7 @@ fn drive<P: Policy>(
     probe(Moment::CacheHeld);
     let released_at_end = p.empty_cache();
     probe(Moment::Emptied);
-    let abandoned = |s: Option<Stats>| s.map_or(0, |s| s.counters.segments_abandoned);
-    let segments_abandoned = abandoned(p.stats()) - abandoned(stats_before);
+    let segments_abandoned = p.figures().segments_abandoned - before.segments_abandoned;
     let counts = replayer.counts();
     let hits = f.cache_hits - before.cache_hits;
     Ok(Outcome {

@@ -108,17 +108,10 @@ fn refused_requests_name_the_problem_and_change_nothing() {
         for want in c.expect {
             assert!(e.contains(want), "{}: `{e}` lacks `{want}`", c.case);
         }
-        let mut after = pool.stats();
-        // An out-of-memory is counted, and nothing else changes: not even
-        // the whole cache would make room under the limit, so it is kept.
         if e.starts_with("out of memory") {
             assert!(before.releasable_bytes > 0, "the case has cache to lose");
-            assert_eq!(after.counters.ooms, before.counters.ooms + 1);
-            after.counters.ooms = before.counters.ooms;
         }
-        assert_eq!(after, before, "{}: the figures changed", c.case);
-        pool.check_invariants()
-            .unwrap_or_else(|e| panic!("{}: {e}", c.case));
+        changed_nothing(&pool, &before, &e, c.case, "alloc");
         // The async path refuses the same way, with the same figures.
         let before = pool.stats();
         let a = pollster::block_on(pool.alloc_async(c.desc));
@@ -126,15 +119,27 @@ fn refused_requests_name_the_problem_and_change_nothing() {
             panic!("{}: alloc_async handed out a buffer", c.case)
         };
         assert_eq!(async_error.to_string(), e, "{}", c.case);
-        let mut after = pool.stats();
-        if e.starts_with("out of memory") {
-            assert_eq!(after.counters.ooms, before.counters.ooms + 1);
-            after.counters.ooms = before.counters.ooms;
-        }
-        assert_eq!(after, before, "{}: alloc_async changed the figures", c.case);
-        pool.check_invariants().unwrap();
+        changed_nothing(&pool, &before, &e, c.case, "alloc_async");
     }
     drop(kept);
+}
+
+/// After a refusal with message `e`: an out-of-memory is counted, and
+/// nothing else changed (not even the whole cache would make room under the
+/// limit, so it is kept); the pool is consistent.
+fn changed_nothing(pool: &Pool, before: &vrampool::Stats, e: &str, case: &str, path: &str) {
+    let mut after = pool.stats();
+    if e.starts_with("out of memory") {
+        assert_eq!(
+            after.counters.ooms,
+            before.counters.ooms + 1,
+            "{case}, {path}"
+        );
+        after.counters.ooms = before.counters.ooms;
+    }
+    assert_eq!(&after, before, "{case}: {path} changed the figures");
+    pool.check_invariants()
+        .unwrap_or_else(|e| panic!("{case}, {path}: {e}"));
 }
 
 #[test]

@@ -47,10 +47,12 @@ fn check_oom(pool: &Pool, e: &Error, requested: u64) -> OomInfo {
 #[test]
 fn under_a_limit_the_cache_makes_room_where_it_can_and_nothing_invalid_is_handed_out() {
     let limit = 96 << 20;
-    let pool = pool_with(Config {
+    let config = Config {
         limit: Some(Limit::Bytes(limit)),
         ..Config::default()
-    });
+    };
+    let align = config.alignment;
+    let pool = pool_with(config);
     let tagger = Tagger::new(pool.device(), pool.queue());
     let observed = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let sink = std::sync::Arc::clone(&observed);
@@ -96,7 +98,7 @@ fn under_a_limit_the_cache_makes_room_where_it_can_and_nothing_invalid_is_handed
                 // The limit refuses only a request not even the whole cache
                 // would make room for, and then keeps that cache: nothing
                 // changed but the counters.
-                let rounded = size.next_multiple_of(256);
+                let rounded = size.next_multiple_of(align);
                 assert!(
                     before.total.reserved_bytes.current - before.releasable_bytes + rounded > limit,
                     "op {op}: refused a request the cache could have made room for"
