@@ -238,6 +238,7 @@ fn a_frame_loop_of_movable_blocks_never_shows_an_owner_another_owners_bytes() {
     let mut live: Vec<(MovableBuffer, u8)> = Vec::new();
     let mut plain: Vec<(PoolBuffer, u8)> = Vec::new();
     let mut next = 1u8;
+    let mut reused_zeroed = 0;
     let verify = |live: &[(MovableBuffer, u8)], plain: &[(PoolBuffer, u8)]| {
         for (b, fill) in live {
             let got = read_place(&pool, &b.place());
@@ -287,7 +288,17 @@ fn a_frame_loop_of_movable_blocks_never_shows_an_owner_another_owners_bytes() {
                     let desc = AllocDesc::storage(size).read_write();
                     let b = match rng.below(3) {
                         0 => pollster::block_on(pool.alloc_movable_async(desc)).unwrap(),
-                        1 => pool.alloc_movable(desc.zeroed()).unwrap(),
+                        1 => {
+                            // Zeroed: reads zero before its owner writes, though
+                            // every owner before it filled it with a byte above 0.
+                            let hits = pool.stats().counters.cache_hits;
+                            let b = pool.alloc_movable(desc.zeroed()).unwrap();
+                            let got = read_place(&pool, &b.place());
+                            let stale = got.iter().filter(|&&x| x != 0).count();
+                            assert_eq!(stale, 0, "frame {frame}: {b:?} zeroed shows {stale} bytes");
+                            reused_zeroed += u32::from(pool.stats().counters.cache_hits > hits);
+                            b
+                        }
                         _ => pool.alloc_movable(desc).unwrap(),
                     };
                     let at = b.place();
@@ -322,6 +333,10 @@ fn a_frame_loop_of_movable_blocks_never_shows_an_owner_another_owners_bytes() {
         }
     }
     verify(&live, &plain);
+    assert!(
+        reused_zeroed >= 60,
+        "only {reused_zeroed} zeroed blocks were cached ones, read back"
+    );
     let c = pool.stats().counters;
     assert!(
         c.relocations > 0 && c.evacuations > 0,
