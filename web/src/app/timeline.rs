@@ -132,6 +132,7 @@ pub fn Timeline() -> impl IntoView {
         <div class="chart">
             <svg id="timeline" class="plot" viewBox=FRAME.view_box()
                  data-points=move || points.with(VecDeque::len).to_string()
+                 data-last-ms=move || points.with(|p| p.back().map_or(0, |x| (x.t * 1000.0) as u64)).to_string()
                  on:mousemove=move |ev| hover.set(pointer_fraction(&ev, FRAME))
                  on:mouseleave=move |_| hover.set(None)>
                 {move || geometry.with(|g| {
