@@ -76,6 +76,13 @@ try {
       max_ms: sorted[sorted.length - 1], frames_over_1_5_vsync: ft.filter((d) => d > 1.5 * vsync).length,
     };
   };
+  // The page keeps the vsync while it replays: at most 1 frame in 20 late
+  // (over 1.5 × the median frame, itself the display's period).
+  const assertSmooth = (what, f) => {
+    assert.ok(f.frames >= 20, `${what}: ${f.frames} frames recorded`);
+    assert.ok(f.frames_over_1_5_vsync <= f.frames / 20,
+      `${what}: ${f.frames_over_1_5_vsync} of ${f.frames} frames late (p50 ${f.p50_ms.toFixed(1)} ms, p95 ${f.p95_ms.toFixed(1)}, max ${f.max_ms.toFixed(1)})`);
+  };
   // The simulated device of the page's side-by-side view, for the harness.
   const simDevice = ['--capacity', String(4 * 2 ** 30), '--max-buffer-size', String(256 * 2 ** 20)];
   const harness = join(target, 'release', 'vrampool');
@@ -253,6 +260,7 @@ try {
       `= ${ratio(pytorch.peak_reserved)} ×, ${pytorch.device_allocs} device allocations, ${pytorch.cache_hits} cache hits, ${pytorch.ooms} OOMs`,
     ]) assert.ok(status.includes(part), `the status line "${status}" says "${part}"`);
     frames[name] = f;
+    assertSmooth(`replaying ${name}`, f);
     replayed[name] = native;
   }
 
@@ -298,6 +306,7 @@ try {
   assert.match(summary, /vrampool reserved at most [\d.]+ MiB \([\d.]+ × peak live\) with \d+ device allocations; PyTorch's scheme [\d.]+ MiB \([\d.]+ ×\) with \d+/);
   step(`side by side: ${summary} (figures updated ${updates.toFixed(1)} times a second)`);
   frames.compare_resnet_train = frameFigures(cft, 7098, (await num('#compare-table', 'data-millis')) / 1000);
+  assertSmooth('resnet_train side by side', frames.compare_resnet_train);
   // The stacked view at the peak has its bands.
   assert.ok((await num('#peak-stack', 'data-bands')) > 10);
   // Hovering the charts reads out the figures under the pointer.
@@ -361,9 +370,13 @@ try {
     return { lanes, live };
   };
   const { lanes: at4000, live } = await scrubAndCheck(4000);
-  const liveBlocks = page.locator('#compare-map-vrampool .block.live');
-  assert.ok((await liveBlocks.count()) > 0, 'live blocks in the map at event 4000');
-  const tip = await liveBlocks.first().getAttribute('title');
+  // The map at event 4000 draws its live blocks; hovering one says what it is.
+  const map = page.locator('#compare-map-vrampool');
+  assert.ok((await num('#compare-map-vrampool', 'data-live-blocks')) > 0, 'live blocks in the map at event 4000');
+  const [lx, ly] = (await map.getAttribute('data-first-live')).split(',').map(Number);
+  await map.hover({ position: { x: lx, y: ly } });
+  await waitFor('the block\'s tip', async () => /^live: /.test(await map.getAttribute('title')));
+  const tip = await map.getAttribute('title');
   assert.match(tip, /^live: [\d.]+ [KMG]?i?B at offset [\d\u2009]+.*; live for [\d\u2009]+ events$/);
   const { lanes: at1000 } = await scrubAndCheck(1000);
   assert.notDeepEqual(at1000, at4000, 'the figures at event 1000 are not those at 4000');

@@ -15,7 +15,7 @@ use super::chart::{Frame, axes, pointer_fraction, swatch};
 use super::page::{Page, TICK, now_s, rest_of_tick, sleep};
 use super::peak::PeakPanel;
 use super::replay::fetch_bytes;
-use super::segments::{SegmentLegend, segment_bars};
+use super::segments::{SegmentCanvas, SegmentLegend};
 use crate::model::axes::{Tick, byte_ticks, event_ticks, grouped};
 use crate::model::{
     Compare, LaneFigures, ModelCell, Moment, POLICIES, SAMPLES, SeriesPoint, SimDevice,
@@ -544,19 +544,25 @@ fn Scrubber() -> impl IntoView {
         }
     };
     let map = move |lane: usize, name: &'static str| {
-        move || {
+        let heading = move || {
             moment.with(|m: &Moment| {
                 let (bars, hidden) = &m.maps[lane];
-                let f = m.figures[lane];
-                view! {
-                    <div class="lane-map">
-                        <h3>{format!("{name}: {} reserved in {} segments", fmt_bytes(f.reserved), bars.len() + hidden)}</h3>
-                        <div class="segmap" id=format!("compare-map-{}", POLICIES[lane].name())>
-                            {segment_bars(bars, *hidden, "events")}
-                        </div>
-                    </div>
-                }
+                format!(
+                    "{name}: {} reserved in {} segments",
+                    fmt_bytes(m.figures[lane].reserved),
+                    bars.len() + hidden
+                )
             })
+        };
+        view! {
+            <div class="lane-map">
+                <h3>{heading}</h3>
+                <div class="segmap">
+                    <SegmentCanvas id=format!("compare-map-{}", POLICIES[lane].name())
+                                   map=Memo::new(move |_| moment.with(|m: &Moment| m.maps[lane].clone()))
+                                   age_unit="events" />
+                </div>
+            </div>
         }
     };
     view! {

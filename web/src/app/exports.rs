@@ -9,7 +9,7 @@ use vrampool::{Snapshot, SnapshotState, fmt_bytes};
 use wasm_bindgen::{JsCast, JsValue};
 
 use super::page::Page;
-use super::segments::{SHOWN, SegmentLegend, segment_bars};
+use super::segments::{SHOWN, SegmentCanvas, SegmentLegend};
 use crate::model::axes::grouped;
 use crate::model::{ModelCell, SegmentView, segment_views};
 
@@ -152,7 +152,9 @@ pub fn ExportPanel() -> impl IntoView {
                     s.name, s.segments, s.blocks, fmt_bytes(s.reserved), fmt_bytes(s.live)
                 )}</p>
                 <SegmentLegend />
-                <div class="segmap">{segment_bars(&s.bars, s.hidden, "")}</div>
+                <div class="segmap">
+                    <SegmentCanvas id="imported-map" map=Memo::new(move |_| (s.bars.clone(), s.hidden)) age_unit="" />
+                </div>
             </div>
         })}
     }

@@ -132,3 +132,59 @@ fn segment_view(seg: &SnapshotSegment, age: &impl Fn(u32, u64) -> Option<u64>) -
         blocks,
     }
 }
+
+impl SegmentView {
+    /// The block drawn at `frac` (0–1) of the bar's width: the one whose
+    /// bytes hold that point of the segment, if any.
+    pub fn block_at(&self, frac: f64) -> Option<&BlockView> {
+        if !(0.0..1.0).contains(&frac) {
+            return None;
+        }
+        let at = (frac * self.size as f64) as u64;
+        let i = self.blocks.partition_point(|b| b.offset + b.size <= at);
+        self.blocks
+            .get(i)
+            .filter(|b| b.offset <= at && at < b.offset + b.size)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn block(offset: u64, size: u64, kind: BlockKind) -> BlockView {
+        BlockView {
+            offset,
+            size,
+            requested: 0,
+            kind,
+            label: None,
+            age: None,
+        }
+    }
+
+    #[test]
+    fn the_block_under_a_point_of_the_bar_is_the_one_holding_its_byte() {
+        let seg = SegmentView {
+            id: 3,
+            pool: "storage".into(),
+            size: 1000,
+            // A gap at 300..400 (a snapshot always covers its segment, but
+            // the lookup must not assume it).
+            blocks: vec![
+                block(0, 300, BlockKind::Live),
+                block(400, 600, BlockKind::Cached),
+            ],
+        };
+        assert_eq!(seg.block_at(0.0).map(|b| b.offset), Some(0));
+        assert_eq!(seg.block_at(0.2999).map(|b| b.offset), Some(0));
+        assert_eq!(seg.block_at(0.35), None);
+        assert_eq!(seg.block_at(0.4).map(|b| b.offset), Some(400));
+        assert_eq!(
+            seg.block_at(0.9999).map(|b| b.kind),
+            Some(BlockKind::Cached)
+        );
+        assert_eq!(seg.block_at(1.0), None);
+        assert_eq!(seg.block_at(-0.1), None);
+    }
+}
