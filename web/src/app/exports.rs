@@ -153,7 +153,7 @@ pub fn ExportPanel() -> impl IntoView {
                 )}</p>
                 <SegmentLegend />
                 <div class="segmap">
-                    <SegmentCanvas id="imported-map" map=Memo::new(move |_| (s.bars.clone(), s.hidden)) age_unit="" />
+                    <SegmentCanvas id="imported-map" map=Signal::stored((s.bars, s.hidden)) age_unit="" />
                 </div>
             </div>
         })}

@@ -10,7 +10,9 @@ use vrampool::fmt_bytes;
 use super::chart::swatch;
 use super::page::Page;
 use crate::model::axes::grouped;
-use crate::model::{BlockKind, BlockView, Model, SegmentView, segment_views};
+use crate::model::{
+    BlockKind, BlockView, LABEL, MapLayout, Model, ROW, SegmentView, segment_views,
+};
 
 /// Bars drawn; the rest are counted.
 pub const SHOWN: usize = 48;
@@ -55,58 +57,73 @@ pub fn SegmentLegend() -> impl IntoView {
     }
 }
 
-/// A row of the map, in CSS pixels: the segment's label, then its bar.
-const ROW: f64 = 18.0;
-const BAR: f64 = 14.0;
-const LABEL: f64 = 190.0;
-const GAP: f64 = 8.0;
-
-/// Where a map's bars are across a canvas `width` CSS pixels wide.
-fn bar_span(width: f64) -> (f64, f64) {
-    (LABEL + GAP, (width - LABEL - GAP).max(1.0))
-}
-
 /// A segment map on a canvas: a row per segment of `map` (the segments
 /// drawn, largest first, and how many smaller ones are left out), each
-/// block coloured by its kind; hovering a block says what it is (ages in
-/// `age_unit`; none shown when empty). A map redrawn at 5 Hz holds
-/// thousands of blocks: as a DOM node each, building, styling and laying
-/// them out took frames (BENCHMARKS.md, "The page in the browser"); drawn,
-/// a redraw is a few rectangles a block.
+/// block coloured by its kind; hovering a block outlines it and says what
+/// it is (ages in `age_unit`; none shown when empty), hovering a label or
+/// a gap says what the segment is. A map redrawn at 5 Hz holds thousands
+/// of blocks: as a DOM node each, building, styling and laying them out
+/// took frames (BENCHMARKS.md, "The page in the browser"); drawn, a redraw
+/// is a rectangle a block. Drawing and hovering share one [`MapLayout`],
+/// made anew at each redraw and when the window is resized.
 #[component]
 pub fn SegmentCanvas(
     #[prop(into)] id: String,
-    /// Read by the drawing and by each attribute: a `Memo`, so it is
-    /// computed once a change.
+    /// Read by the drawing, the hover and each attribute: pass a `Memo`,
+    /// so it is computed once a change.
     #[prop(into)]
     map: Signal<(Vec<SegmentView>, usize)>,
     age_unit: &'static str,
 ) -> impl IntoView {
     let canvas = NodeRef::<leptos::html::Canvas>::new();
-    let tip = RwSignal::new(String::new());
+    let layout = RwSignal::new(MapLayout::default());
+    let pointer = RwSignal::new(None::<(f64, f64)>);
+    let resized = Trigger::new();
+    let listener = window_event_listener(leptos::ev::resize, move |_| resized.notify());
+    on_cleanup(move || listener.remove());
     Effect::new(move |_| {
+        resized.track();
         map.with(|(bars, _)| {
             if let Some(c) = canvas.get() {
-                draw(&c, bars);
+                layout.set(draw(&c, bars));
             }
         })
     });
-    let hover = move |ev: leptos::ev::MouseEvent| {
+    // The segment row and block under the pointer, in what was drawn.
+    let hovered = Memo::new(move |_| {
+        let (x, y) = pointer.get()?;
+        layout.with(|l| l.at(x, y))
+    });
+    let tip = move || {
+        let (row, block) = hovered.get()?;
+        map.with(|(bars, _)| {
+            let seg = bars.get(row)?;
+            Some(match block.and_then(|i| seg.blocks.get(i)) {
+                Some(b) => block_tip(b, age_unit),
+                None => segment_tip(seg),
+            })
+        })
+    };
+    let outline = move || {
+        let (row, Some(i)) = hovered.get()? else {
+            return None;
+        };
+        let (x0, x1) = layout.with(|l| l.rows.get(row)?.get(i).copied())?;
+        let (_, y, _, h) = layout.with(|l| l.bar_rect(row));
+        Some(format!(
+            "left:{x0:.1}px;top:{y:.1}px;width:{:.1}px;height:{h:.1}px",
+            x1 - x0
+        ))
+    };
+    let point = move |ev: leptos::ev::MouseEvent| {
         let Some(c) = canvas.get_untracked() else {
             return;
         };
-        let (x, y) = (f64::from(ev.offset_x()), f64::from(ev.offset_y()));
-        let (left, width) = bar_span(f64::from(c.client_width()));
-        let row = (y / ROW) as usize;
-        let text = map.with_untracked(|(bars, _)| {
-            let seg = bars.get(row)?;
-            if x < left {
-                return Some(segment_tip(seg));
-            }
-            seg.block_at((x - left) / width)
-                .map(|b| block_tip(b, age_unit))
-        });
-        tip.set(text.unwrap_or_default());
+        let r = c.get_bounding_client_rect();
+        pointer.set(Some((
+            f64::from(ev.client_x()) - r.left(),
+            f64::from(ev.client_y()) - r.top(),
+        )));
     };
     let count = move |kind: Option<BlockKind>| {
         map.with(|(bars, _)| {
@@ -117,42 +134,52 @@ pub fn SegmentCanvas(
                 .to_string()
         })
     };
+    let first_live = move || {
+        let at = map.with(|(bars, _)| layout.with(|l| l.first_live(bars)));
+        at.map_or(String::new(), |(x, y)| format!("{x:.1},{y:.1}"))
+    };
     view! {
-        <canvas id=id class="segcanvas" node_ref=canvas role="img"
-                title=move || tip.get()
-                aria-label=move || map.with(|(bars, hidden)| format!("{} segments drawn, {hidden} smaller left out", bars.len()))
-                data-segments=move || map.with(|(bars, _)| bars.len().to_string())
-                data-blocks=move || count(None)
-                data-live-blocks=move || count(Some(BlockKind::Live))
-                on:mousemove=hover
-                on:mouseleave=move |_| tip.set(String::new())>
-        </canvas>
+        <div class="segcanvas-wrap">
+            <canvas id=id class="segcanvas" node_ref=canvas role="img"
+                    title=move || tip().unwrap_or_default()
+                    aria-label=move || map.with(|(bars, hidden)| format!("{} segments drawn, {hidden} smaller left out", bars.len()))
+                    data-segments=move || map.with(|(bars, _)| bars.len().to_string())
+                    data-blocks=move || count(None)
+                    data-live-blocks=move || count(Some(BlockKind::Live))
+                    data-first-live=first_live
+                    on:mousemove=point
+                    on:mouseleave=move |_| pointer.set(None)>
+            </canvas>
+            {move || outline().map(|style| view! { <div class="seg-hover" style=style></div> })}
+        </div>
         {move || map.with(|(_, hidden)| (*hidden > 0).then(|| view! { <p>{format!("and {hidden} smaller segments")}</p> }))}
     }
 }
 
-/// Draws `bars` on `c`, as wide as it is laid out and a row a segment high;
-/// the colours are the page's (`--live` and the others, `index.html`).
-/// Notes where the first live block's middle is in `data-first-live`
-/// ("x,y" in CSS pixels), for the tests to point at.
-fn draw(c: &web_sys::HtmlCanvasElement, bars: &[SegmentView]) {
+/// Draws `bars` on `c`, as wide as it is laid out and a row a segment high,
+/// and returns where it drew them; the colours are the page's (`--live`
+/// and the others, `index.html`).
+fn draw(c: &web_sys::HtmlCanvasElement, bars: &[SegmentView]) -> MapLayout {
     use wasm_bindgen::JsCast;
-    let Some(window) = web_sys::window() else {
-        return;
-    };
-    let width = f64::from(c.client_width()).max(LABEL + GAP + 40.0);
     let height = ROW * bars.len() as f64;
-    let dpr = window.device_pixel_ratio().max(1.0);
-    c.set_width((width * dpr).round() as u32);
-    c.set_height((height * dpr).round() as u32);
+    // The height first: a map taller than its box brings a scrollbar,
+    // which narrows the width read next.
     let _ = web_sys::HtmlElement::style(c).set_property("height", &format!("{height}px"));
+    let layout = MapLayout::of(bars, c.get_bounding_client_rect().width());
+    let Some(window) = web_sys::window() else {
+        return layout;
+    };
+    let dpr = window.device_pixel_ratio().max(1.0);
+    // Setting the size clears the canvas and resets its transform.
+    c.set_width((layout.width * dpr).round() as u32);
+    c.set_height((height * dpr).round() as u32);
     let Some(ctx) = c
         .get_context("2d")
         .ok()
         .flatten()
         .and_then(|x| x.dyn_into::<web_sys::CanvasRenderingContext2d>().ok())
     else {
-        return;
+        return layout;
     };
     let _ = ctx.scale(dpr, dpr);
     let css = window.get_computed_style(c).ok().flatten();
@@ -164,35 +191,24 @@ fn draw(c: &web_sys::HtmlCanvasElement, bars: &[SegmentView]) {
             .unwrap_or_else(|| "#888".into())
     };
     let colours = BlockKind::ALL.map(|k| (k, colour(k)));
-    let (left, span) = bar_span(width);
     ctx.set_font("11px ui-monospace, monospace");
     ctx.set_text_baseline("middle");
-    let mut first_live = None;
-    for (i, s) in bars.iter().enumerate() {
-        let top = i as f64 * ROW + (ROW - BAR) / 2.0;
+    for (row, (s, spans)) in bars.iter().zip(&layout.rows).enumerate() {
+        let (left, top, span, h) = layout.bar_rect(row);
         ctx.set_fill_style_str("#444");
-        let _ = ctx.fill_text_with_max_width(&segment_label(s), 0.0, top + BAR / 2.0, LABEL);
+        let _ = ctx.fill_text_with_max_width(&segment_label(s), 0.0, top + h / 2.0, LABEL);
+        ctx.set_fill_style_str("#ccc");
+        ctx.fill_rect(left, top, span, h);
         ctx.set_fill_style_str("#f0f0f0");
-        ctx.fill_rect(left, top, span, BAR);
-        let size = s.size.max(1) as f64;
-        for b in &s.blocks {
-            let x = left + span * b.offset as f64 / size;
-            // A white line ends each block, as the DOM map's border did;
-            // every block is at least a pixel.
-            let w = (span * b.size as f64 / size - 1.0).max(1.0);
+        ctx.fill_rect(left + 1.0, top + 1.0, span - 2.0, h - 2.0);
+        for (b, &(x0, x1)) in s.blocks.iter().zip(spans) {
             if let Some((_, c)) = colours.iter().find(|(k, _)| *k == b.kind) {
                 ctx.set_fill_style_str(c);
             }
-            ctx.fill_rect(x, top + 1.0, w, BAR - 2.0);
-            if b.kind == BlockKind::Live && first_live.is_none() {
-                first_live = Some((x + w / 2.0, top + BAR / 2.0));
-            }
+            ctx.fill_rect(x0, top + 1.0, x1 - x0, h - 2.0);
         }
-        ctx.set_stroke_style_str("#ccc");
-        ctx.stroke_rect(left + 0.5, top + 0.5, span - 1.0, BAR - 1.0);
     }
-    let at = first_live.map_or(String::new(), |(x, y)| format!("{x:.1},{y:.1}"));
-    let _ = c.set_attribute("data-first-live", &at);
+    layout
 }
 
 /// A segment's label on its row.

@@ -37,7 +37,10 @@ pub use pace::Pace;
 pub use peak::{BANDS, Band, BandKind, COLUMNS, PeakStack, SIZE_CLASSES, size_class};
 pub use recording::{MAX_RECORDED, Recording};
 pub use replay::{Replay, ReplayResult, SAMPLES, TwinResult, advance_replay};
-pub use segments::{BlockKind, BlockView, SegmentView, segment_views, segment_views_aged};
+pub use segments::{
+    BAR, BlockKind, BlockView, LABEL, MapLayout, ROW, SegmentView, segment_views,
+    segment_views_aged,
+};
 
 /// Timeline points kept (60 s at 20 Hz).
 pub const MAX_POINTS: usize = 1200;

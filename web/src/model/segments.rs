@@ -133,18 +133,95 @@ fn segment_view(seg: &SnapshotSegment, age: &impl Fn(u32, u64) -> Option<u64>) -
     }
 }
 
-impl SegmentView {
-    /// The block drawn at `frac` (0–1) of the bar's width: the one whose
-    /// bytes hold that point of the segment, if any.
-    pub fn block_at(&self, frac: f64) -> Option<&BlockView> {
-        if !(0.0..1.0).contains(&frac) {
+/// A segment map's rows in CSS pixels: each segment's label, then its bar.
+pub const ROW: f64 = 18.0;
+/// A bar's height.
+pub const BAR: f64 = 14.0;
+/// The label's width, and the gap after it.
+pub const LABEL: f64 = 190.0;
+const GAP: f64 = 8.0;
+/// The narrowest bar drawn.
+const MIN_BAR: f64 = 40.0;
+
+/// Where a segment map's blocks are drawn, in CSS pixels: what the canvas
+/// paints and what hovering finds are one geometry.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MapLayout {
+    /// The map's width.
+    pub width: f64,
+    /// Per segment, each block's `[x0, x1)`, in offset order: a block is at
+    /// least a pixel wide, so a block narrower than that may paint over
+    /// the next one; the one drawn last is on top.
+    pub rows: Vec<Vec<(f64, f64)>>,
+}
+
+impl MapLayout {
+    /// `bars` laid out across `width` (at least the label and a 40 px bar).
+    pub fn of(bars: &[SegmentView], width: f64) -> MapLayout {
+        let width = width.max(LABEL + GAP + MIN_BAR);
+        let (left, span) = MapLayout::bar(width);
+        // The blocks sit inside the bar's 1 px frame.
+        let (inner, room) = (left + 1.0, span - 2.0);
+        let rows = bars
+            .iter()
+            .map(|s| {
+                let size = s.size.max(1) as f64;
+                s.blocks
+                    .iter()
+                    .map(|b| {
+                        let x0 = inner + room * b.offset as f64 / size;
+                        // A white pixel ends each block; every block keeps one.
+                        let w = (room * b.size as f64 / size - 1.0).max(1.0);
+                        (x0, x0 + w)
+                    })
+                    .collect()
+            })
+            .collect();
+        MapLayout { width, rows }
+    }
+
+    /// The bar's left edge and width (its frame included) in a map `width` wide.
+    pub fn bar(width: f64) -> (f64, f64) {
+        (LABEL + GAP, (width - LABEL - GAP).max(MIN_BAR))
+    }
+
+    /// The row's bar, as `(x, y, w, h)`.
+    pub fn bar_rect(&self, row: usize) -> (f64, f64, f64, f64) {
+        let (left, span) = MapLayout::bar(self.width);
+        (left, row as f64 * ROW + (ROW - BAR) / 2.0, span, BAR)
+    }
+
+    /// What is at `(x, y)`: the segment's row, and the block painted on top
+    /// there (`None` over the label or between blocks).
+    pub fn at(&self, x: f64, y: f64) -> Option<(usize, Option<usize>)> {
+        if y < 0.0 {
             return None;
         }
-        let at = (frac * self.size as f64) as u64;
-        let i = self.blocks.partition_point(|b| b.offset + b.size <= at);
-        self.blocks
-            .get(i)
-            .filter(|b| b.offset <= at && at < b.offset + b.size)
+        let row = (y / ROW) as usize;
+        let spans = self.rows.get(row)?;
+        let block = spans.iter().rposition(|&(x0, x1)| x0 <= x && x < x1);
+        Some((row, block))
+    }
+
+    /// The middle of the first live block that hovering there finds (one
+    /// not painted over), as `(x, y)`.
+    pub fn first_live(&self, bars: &[SegmentView]) -> Option<(f64, f64)> {
+        bars.iter()
+            .zip(&self.rows)
+            .enumerate()
+            .find_map(|(row, (s, spans))| {
+                let (_, y, _, h) = self.bar_rect(row);
+                s.blocks
+                    .iter()
+                    .zip(spans)
+                    .enumerate()
+                    .find_map(|(i, (b, &(x0, x1)))| {
+                        let mid = (x0 + x1) / 2.0;
+                        (b.kind == BlockKind::Live
+                            && self.at(mid, y + h / 2.0) == Some((row, Some(i))))
+                        .then_some((mid, y + h / 2.0))
+                    })
+            })
     }
 }
 
@@ -164,27 +241,57 @@ mod tests {
     }
 
     #[test]
-    fn the_block_under_a_point_of_the_bar_is_the_one_holding_its_byte() {
+    fn hovering_finds_the_block_drawn_there_even_the_narrowest() {
         let seg = SegmentView {
-            id: 3,
+            id: 0,
             pool: "storage".into(),
-            size: 1000,
-            // A gap at 300..400 (a snapshot always covers its segment, but
-            // the lookup must not assume it).
+            size: 1 << 20,
+            // A 256-byte live block at 0, far under a pixel, then the rest cached.
             blocks: vec![
-                block(0, 300, BlockKind::Live),
-                block(400, 600, BlockKind::Cached),
+                block(0, 256, BlockKind::Live),
+                block(256, (1 << 20) - 256, BlockKind::Cached),
             ],
         };
-        assert_eq!(seg.block_at(0.0).map(|b| b.offset), Some(0));
-        assert_eq!(seg.block_at(0.2999).map(|b| b.offset), Some(0));
-        assert_eq!(seg.block_at(0.35), None);
-        assert_eq!(seg.block_at(0.4).map(|b| b.offset), Some(400));
+        let free = SegmentView {
+            id: 1,
+            pool: "storage".into(),
+            size: 1 << 20,
+            blocks: vec![block(0, 1 << 20, BlockKind::Free)],
+        };
+        let bars = [seg, free];
+        let l = MapLayout::of(&bars, 600.0);
+        let (left, y, span, h) = l.bar_rect(0);
+        assert_eq!((left, span), (LABEL + GAP, 600.0 - LABEL - GAP));
+        // Inside the frame: the first block starts a pixel in and is a pixel wide.
+        assert_eq!(l.rows[0][0], (left + 1.0, left + 2.0));
+        // The cached block starts under it and is painted on top there, so
+        // the live one is found only where it shows: nowhere. The first
+        // live block hovering can find is none.
+        assert_eq!(l.at(left + 1.5, y + h / 2.0), Some((0, Some(1))));
+        assert_eq!(l.first_live(&bars), None);
+        assert_eq!(l.at(10.0, y + h / 2.0), Some((0, None)), "over the label");
+        assert_eq!(l.at(left + span / 2.0, ROW + ROW / 2.0), Some((1, Some(0))));
         assert_eq!(
-            seg.block_at(0.9999).map(|b| b.kind),
-            Some(BlockKind::Cached)
+            l.at(left + span / 2.0, 2.0 * ROW + 1.0),
+            None,
+            "below the last row"
         );
-        assert_eq!(seg.block_at(1.0), None);
-        assert_eq!(seg.block_at(-0.1), None);
+        // A live block a few pixels wide is found at its middle.
+        let wide = SegmentView {
+            id: 2,
+            pool: "storage".into(),
+            size: 1000,
+            blocks: vec![
+                block(0, 100, BlockKind::Cached),
+                block(100, 50, BlockKind::Live),
+                block(150, 850, BlockKind::Free),
+            ],
+        };
+        let bars = [wide];
+        let l = MapLayout::of(&bars, 600.0);
+        let (x, yy) = l.first_live(&bars).unwrap();
+        assert_eq!(l.at(x, yy), Some((0, Some(1))));
+        // Too narrow a canvas still draws a 40 px bar.
+        assert_eq!(MapLayout::of(&bars, 0.0).width, LABEL + GAP + MIN_BAR);
     }
 }
