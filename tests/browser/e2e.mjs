@@ -308,7 +308,21 @@ try {
   frames.compare_resnet_train = frameFigures(cft, 7098, (await num('#compare-table', 'data-millis')) / 1000);
   assertSmooth('resnet_train side by side', frames.compare_resnet_train);
   // The stacked view at the peak has its bands.
-  assert.ok((await num('#peak-stack', 'data-bands')) > 10);
+  // The stacked view at the peak: a band for each of the 120 largest
+  // allocations live when live bytes first reach their peak, one for the
+  // rest of them, one for what is not live at the peak.
+  {
+    const rows = gunzipSync(readFileSync(sample)).toString().trimEnd().split('\n').slice(1);
+    const sizes = new Map();
+    let live = 0, peak = 0, atPeak = 0;
+    for (const l of rows) {
+      const [, , action, ptr, size] = l.split(',');
+      if (action === 'allocate') { sizes.set(ptr, Number(size)); live += Number(size); } else { live -= sizes.get(ptr); sizes.delete(ptr); }
+      if (live > peak) { peak = live; atPeak = sizes.size; }
+    }
+    const bands = Math.min(atPeak, 120) + (atPeak > 120 ? 1 : 0) + 1;
+    assert.equal(await num('#peak-stack', 'data-bands'), bands, `${atPeak} allocations live at the peak`);
+  }
   // Hovering the charts reads out the figures under the pointer.
   const box = await page.locator('#compare-chart').boundingBox();
   await page.locator('#compare-chart').hover({ position: { x: box.width * 0.5, y: box.height * 0.5 } });
@@ -528,10 +542,17 @@ try {
   const train = await page.locator('#train-status').textContent();
   const [, first, last] = train.match(/loss ([\d.]+) → ([\d.]+)/);
   assert.ok(Number(last) < 0.8 * Number(first), train);
+  // int8 weights: a byte a weight, so f32's four save three times what they take.
+  const bytesOf = (n, unit) => Number(n) * { B: 1, KiB: 2 ** 10, MiB: 2 ** 20, GiB: 2 ** 30 }[unit];
+  const w = train.match(/weights ([\d.]+) (B|KiB|MiB) \(([\d.]+) (B|KiB|MiB) saved vs f32\)/);
+  assert.ok(w, train);
+  assert.ok(Math.abs(bytesOf(w[3], w[4]) - 3 * bytesOf(w[1], w[2])) <= 0.01 * bytesOf(w[3], w[4]), `int8 weights: ${train}`);
   step(`training: ${train}`);
 
   // The OOM above is the only error the page reported; nothing reached the console.
   assert.deepEqual(errors, [], 'no errors in the console');
+  assert.equal(await page.locator('#error').textContent(), '', 'no error shown once the new device allocates');
+  assert.equal(await page.locator('#import-error').textContent(), '', 'the snapshot imported without an error');
 
   // 9. A browser without WebGPU: the page says so and runs on the simulated device.
   const plain = await chromium.launch({
