@@ -110,6 +110,20 @@ try {
     }
     return rows;
   };
+  // A ratio the page prints to three places, against the exact one (within
+  // a rounding step: Rust rounds ties to even, toFixed up).
+  const roundsTo = (printed, exact) => Math.abs(Number(printed) - exact) <= 5e-4 + 1e-9;
+  // Walks a trace's RMM CSV rows (no header), calling `each(live bytes,
+  // live allocations)` after every event.
+  const walkLive = (rows, each) => {
+    const sizes = new Map();
+    let live = 0;
+    for (const l of rows) {
+      const [, , action, ptr, size] = l.split(',');
+      if (action === 'allocate') { sizes.set(ptr, Number(size)); live += Number(size); } else { live -= sizes.get(ptr); sizes.delete(ptr); }
+      each(live, sizes.size);
+    }
+  };
   // The summary under the table states the table's figures.
   const checkSummary = async (rows) => {
     const summary = await page.locator('#compare-summary').textContent();
@@ -117,8 +131,7 @@ try {
     assert.ok(said, `the summary "${summary}" states both policies' figures`);
     const { vrampool: v, pytorch: p } = rows;
     const ratio = (r) => Number(r.peakReserved) / Number(r.peakLive);
-    // Ratios to three places (within a rounding step: Rust rounds ties to even).
-    assert.ok(Math.abs(Number(said[1]) - ratio(v)) <= 5e-4 + 1e-9 && Math.abs(Number(said[3]) - ratio(p)) <= 5e-4 + 1e-9, summary);
+    assert.ok(roundsTo(said[1], ratio(v)) && roundsTo(said[3], ratio(p)), summary);
     assert.deepEqual([Number(said[2]), Number(said[4])], [Number(v.deviceAllocs), Number(p.deviceAllocs)], summary);
     return summary;
   };
@@ -256,9 +269,8 @@ try {
     const [, ops, vr, va, vh, vo, pr, pa, ph, po] = said.map(Number);
     assert.deepEqual([ops, va, vh, vo, pa, ph, po],
       [got.ops, native.device_allocs, native.cache_hits, native.ooms, pytorch.device_allocs, pytorch.cache_hits, pytorch.ooms], status);
-    // Ratios to three places (within a rounding step: Rust rounds ties to even).
-    assert.ok(Math.abs(vr - native.peak_reserved / native.peak_live) <= 5e-4 + 1e-9, status);
-    assert.ok(Math.abs(pr - pytorch.peak_reserved / native.peak_live) <= 5e-4 + 1e-9, status);
+    assert.ok(roundsTo(vr, native.peak_reserved / native.peak_live), status);
+    assert.ok(roundsTo(pr, pytorch.peak_reserved / native.peak_live), status);
     frames[name] = f;
     assertSmooth(`replaying ${name}`, f);
     replayed[name] = native;
@@ -307,19 +319,13 @@ try {
   step(`side by side: ${summary} (figures updated ${updates.toFixed(1)} times a second)`);
   frames.compare_resnet_train = frameFigures(cft, 7098, (await num('#compare-table', 'data-millis')) / 1000);
   assertSmooth('resnet_train side by side', frames.compare_resnet_train);
-  // The stacked view at the peak has its bands.
   // The stacked view at the peak: a band for each of the 120 largest
   // allocations live when live bytes first reach their peak, one for the
   // rest of them, one for what is not live at the peak.
+  const lines = gunzipSync(readFileSync(sample)).toString().trimEnd().split('\n');
   {
-    const rows = gunzipSync(readFileSync(sample)).toString().trimEnd().split('\n').slice(1);
-    const sizes = new Map();
-    let live = 0, peak = 0, atPeak = 0;
-    for (const l of rows) {
-      const [, , action, ptr, size] = l.split(',');
-      if (action === 'allocate') { sizes.set(ptr, Number(size)); live += Number(size); } else { live -= sizes.get(ptr); sizes.delete(ptr); }
-      if (live > peak) { peak = live; atPeak = sizes.size; }
-    }
+    let peak = 0, atPeak = 0;
+    walkLive(lines.slice(1), (live, n) => { if (live > peak) { peak = live; atPeak = n; } });
     const bands = Math.min(atPeak, 120) + (atPeak > 120 ? 1 : 0) + 1;
     assert.equal(await num('#peak-stack', 'data-bands'), bands, `${atPeak} allocations live at the peak`);
   }
@@ -354,7 +360,6 @@ try {
   // Scrubbing back: the maps and figures at events 4000 and 1000 are those
   // of the trace's first 4000 and 1000 events replayed by the harness; back
   // and forth lands on the same state.
-  const lines = gunzipSync(readFileSync(sample)).toString().trimEnd().split('\n');
   const scrubTo = async (at) => {
     await page.locator('#scrub').fill(String(at));
     await waitFor(`the scrubber at ${at}`, async () => (await num('#scrub-figures', 'data-position')) === at);
@@ -369,11 +374,7 @@ try {
     writeFileSync(head, lines.slice(0, at + 1).join('\n') + '\n');
     const headRuns = harnessJson(['--compare', ...simDevice, head]);
     let live = 0;
-    const sizes = new Map();
-    for (const l of lines.slice(1, at + 1)) {
-      const [, , action, ptr, size] = l.split(',');
-      if (action === 'allocate') { sizes.set(ptr, Number(size)); live += Number(size); } else { live -= sizes.get(ptr); sizes.delete(ptr); }
-    }
+    walkLive(lines.slice(1, at + 1), (bytes) => { live = bytes; });
     assert.equal(await num('#scrub-figures', 'data-live'), live, `live bytes at event ${at}`);
     for (const policy of ['vrampool', 'pytorch']) {
       const r = headRuns.find((x) => x.policy === policy).report;
@@ -430,7 +431,7 @@ try {
   assert.equal(await num('#imported-snapshot', 'data-segments'), snap.segments.length);
   // Its map draws the largest 48 segments, live blocks among them.
   assert.equal(await num('#imported-map', 'data-segments'), Math.min(48, snap.segments.length));
-  assert.equal(await num('#imported-map', 'data-blocks'), snap.segments.sort((a, b) => b.size - a.size || a.id - b.id).slice(0, 48).reduce((n, g) => n + g.blocks.length, 0));
+  assert.equal(await num('#imported-map', 'data-blocks'), [...snap.segments].sort((a, b) => b.size - a.size || a.id - b.id).slice(0, 48).reduce((n, g) => n + g.blocks.length, 0));
   const csvPath = await save('#export-csv', 'recording.csv');
   const recorded = await num('#export-csv', 'data-events');
   const back = harnessJson(['--capacity', String(4 * 2 ** 30), '--max-buffer-size', String(maxBuffer), csvPath])[0].report;

@@ -108,12 +108,14 @@ pub fn SegmentCanvas(
         let (row, Some(i)) = hovered.get()? else {
             return None;
         };
-        let (x0, x1) = layout.with(|l| l.rows.get(row)?.get(i).copied())?;
-        let (_, y, _, h) = layout.with(|l| l.bar_rect(row));
-        Some(format!(
-            "left:{x0:.1}px;top:{y:.1}px;width:{:.1}px;height:{h:.1}px",
-            x1 - x0
-        ))
+        layout.with(|l| {
+            let (x0, x1) = *l.rows.get(row)?.get(i)?;
+            let (_, y, _, h) = l.bar_rect(row);
+            Some(format!(
+                "left:{x0:.1}px;top:{y:.1}px;width:{:.1}px;height:{h:.1}px",
+                x1 - x0
+            ))
+        })
     };
     let point = move |ev: leptos::ev::MouseEvent| {
         let Some(c) = canvas.get_untracked() else {

@@ -38,8 +38,7 @@ pub use peak::{BANDS, Band, BandKind, COLUMNS, PeakStack, SIZE_CLASSES, size_cla
 pub use recording::{MAX_RECORDED, Recording};
 pub use replay::{Replay, ReplayResult, SAMPLES, TwinResult, advance_replay};
 pub use segments::{
-    BAR, BlockKind, BlockView, LABEL, MapLayout, ROW, SegmentView, segment_views,
-    segment_views_aged,
+    BlockKind, BlockView, LABEL, MapLayout, ROW, SegmentView, segment_views, segment_views_aged,
 };
 
 /// Timeline points kept (60 s at 20 Hz).

@@ -136,7 +136,7 @@ fn segment_view(seg: &SnapshotSegment, age: &impl Fn(u32, u64) -> Option<u64>) -
 /// A segment map's rows in CSS pixels: each segment's label, then its bar.
 pub const ROW: f64 = 18.0;
 /// A bar's height.
-pub const BAR: f64 = 14.0;
+const BAR: f64 = 14.0;
 /// The label's width, and the gap after it.
 pub const LABEL: f64 = 190.0;
 const GAP: f64 = 8.0;
@@ -181,7 +181,7 @@ impl MapLayout {
     }
 
     /// The bar's left edge and width (its frame included) in a map `width` wide.
-    pub fn bar(width: f64) -> (f64, f64) {
+    fn bar(width: f64) -> (f64, f64) {
         (LABEL + GAP, (width - LABEL - GAP).max(MIN_BAR))
     }
 
