@@ -41,7 +41,7 @@ WGPU_BACKEND=vulkan cargo test --workspace
 # the interleaving property runs
 # 20 000 operations there (100 000 on Vulkan above).
 VRAMPOOL_TEST_BACKEND=gl VRAMPOOL_INTERLEAVE_OPS=20000 \
-  cargo test -p vrampool-tests --test gpu --test embedding --test relocation --test movable
+  cargo test -p vrampool-tests --test gpu --test embedding --test relocation --test movable --test callbacks
 WGPU_BACKEND=gl cargo test -p vrampool --examples
 cargo build -p vrampool --target wasm32-unknown-unknown
 # Fuzz the trace reader and the engine for a bounded time (FUZZ_SECONDS each).

@@ -115,6 +115,19 @@ pub enum Error {
     #[error("device lost: {0}. Create a new device and a new pool")]
     DeviceLost(String),
 
+    /// An allocation made from a wgpu callback (`map_async`'s,
+    /// `on_submitted_work_done`'s) that wgpu ran inside a submit or poll the
+    /// pool made with its lock held: waiting would wait for this thread.
+    /// (One the thread's front cache can serve is served.) Dropping handles,
+    /// `Pool::submit` and `Pool::submitted` there are fine: the pool does
+    /// them as it finishes.
+    #[error(
+        "{0} was called from a wgpu callback that ran inside the pool's own submit or poll, \
+         while the pool was in the middle of an operation: allocate after the callback returns \
+         (dropping handles in a callback is fine)"
+    )]
+    Reentrant(&'static str),
+
     /// The device reported an error other than out-of-memory.
     #[error("device error: {0}")]
     Device(String),

@@ -214,10 +214,11 @@ impl WgpuBackend {
 #[derive(Default)]
 pub(super) struct LostState {
     why: OnceLock<String>,
-    pub(super) observers: Mutex<Vec<LostObserver>>,
+    /// The observers, each with whether it has been called.
+    observers: Mutex<Vec<(LostObserver, bool)>>,
 }
 
-type LostObserver = Box<dyn Fn(&str) + Send + Sync>;
+type LostObserver = Arc<dyn Fn(&str) + Send + Sync>;
 
 impl LostState {
     /// Why the device was lost, once it was.
@@ -225,14 +226,43 @@ impl LostState {
         self.why.get().map(String::as_str)
     }
 
-    fn lose(&self, why: String) {
-        // Under the lock, so an observer registered meanwhile is called once.
-        let observers = self.observers.lock().unwrap_or_else(|e| e.into_inner());
+    fn lose(self: &Arc<Self>, why: String) {
         if self.why.set(why).is_err() {
             return; // reported already
         }
-        let why = self.why().unwrap_or_default();
-        for f in observers.iter() {
+        super::lock::notify_lost(self);
+    }
+
+    /// Adds an observer, called at once (see [`super::lock::notify_lost`])
+    /// if the device is lost already.
+    pub(super) fn observe(self: &Arc<Self>, f: LostObserver) {
+        self.observers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((f, false));
+        if self.why().is_some() {
+            super::lock::notify_lost(self);
+        }
+    }
+
+    /// Calls every observer not called yet, once each, with no lock held:
+    /// an observer may call the pool, or register another observer.
+    pub(super) fn notify(&self) {
+        let Some(why) = self.why() else {
+            return;
+        };
+        let due: Vec<LostObserver> = self
+            .observers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter_mut()
+            .filter(|(_, called)| !*called)
+            .map(|(f, called)| {
+                *called = true;
+                Arc::clone(f)
+            })
+            .collect();
+        for f in due {
             f(why);
         }
     }

@@ -10,6 +10,7 @@ use crate::types::{BlockId, SegmentId};
 
 use super::desc::{Sharing, mappable};
 use super::front::{FrontCache, FrontRef, Key};
+use super::lock::DeferredFree;
 use super::pool::Inner;
 
 /// A block of a pool segment: the buffer, the range, and how to bind it.
@@ -119,8 +120,7 @@ impl Drop for BufferBlock {
         }
         let cache = self.front.cache;
         let stamp = cache.stamp();
-        let mut engine = inner.engine();
-        inner.release(&mut engine, self.id, stamp, cache.reusable_mark());
+        inner.free_from_drop(DeferredFree::Block { id: self.id, stamp });
     }
 }
 

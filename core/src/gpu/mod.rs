@@ -8,6 +8,9 @@
 //! - `desc.rs` — [`AllocDesc`], [`Access`], [`Sharing`]: description → engine request.
 //! - `pool.rs` — [`Pool`], [`PoolOptions`], [`Reuse`]: allocation, submits, figures.
 //! - `handle.rs` — [`PoolBuffer`], [`WeakBuffer`], [`BufferBlock`].
+//! - `lock.rs` — the engine's lock, which knows its thread: what wgpu
+//!   callbacks run inside the pool's own work ask of it waits for its
+//!   release, or is refused.
 //! - `movable.rs` — [`MovableBuffer`], [`Place`]: blocks the pool may move,
 //!   pinned where they are from a place read to the next submit.
 //! - `front.rs` — the front cache: blocks dropped by a thread, handed to its
@@ -21,6 +24,7 @@ mod backend;
 mod desc;
 mod front;
 mod handle;
+mod lock;
 mod movable;
 mod pool;
 mod scope;

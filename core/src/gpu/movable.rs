@@ -31,6 +31,7 @@ use crate::types::{BlockId, SegmentId};
 
 use super::backend::WgpuBackend;
 use super::handle::binding_of;
+use super::lock::DeferredFree;
 use super::pool::Inner;
 
 /// Where a [`MovableBuffer`] is now: its buffer and range, and how to bind
@@ -156,8 +157,12 @@ impl MovableBuffer {
     /// with several threads, as [`Pool::submitted`](crate::Pool::submitted)
     /// says). Under [`Reuse::Immediate`](crate::Reuse::Immediate) too, only
     /// those calls unpin: a pool never told of a submit moves nothing once
-    /// every block was read. Takes the pool's lock, so not from an `on_oom`
-    /// or device-lost observer.
+    /// every block was read. Takes the pool's lock, so not from a wgpu
+    /// callback (`map_async`'s, `on_submitted_work_done`'s) that wgpu runs
+    /// inside the pool's own work with its lock held (an allocation that
+    /// makes a segment or moves blocks, `empty_cache`, a limit change): there
+    /// it panics, saying so, rather than wait for its own thread. `on_oom`
+    /// and device-lost observers may call it.
     pub fn place(&self) -> Place {
         let block = &self.0;
         let Some(inner) = block.pool.upgrade() else {
@@ -226,13 +231,17 @@ impl Drop for MovableBlock {
         };
         let cache = inner.front.cache;
         let stamp = cache.stamp();
-        let mut engine = inner.engine();
-        {
-            let mut movables = inner.movables();
-            movables.blocks.remove(&self.id);
-            movables.pinned.remove(&self.id);
-        }
-        inner.release(&mut engine, self.id, stamp, cache.reusable_mark());
+        inner.free_from_drop(DeferredFree::Movable { id: self.id, stamp });
+    }
+}
+
+impl Inner {
+    /// Takes a movable block whose last handle went out of the table; with
+    /// the engine's lock held.
+    pub(super) fn forget_movable(&self, id: BlockId) {
+        let mut movables = self.movables();
+        movables.blocks.remove(&id);
+        movables.pinned.remove(&id);
     }
 }
 

@@ -8,7 +8,7 @@
 #![cfg_attr(target_arch = "wasm32", allow(clippy::arc_with_non_send_sync))]
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, LockResult, Mutex, MutexGuard, TryLockResult, Weak};
 
 use crate::config::{Config, Limit};
 use crate::engine::{Engine, FollowStats, InvariantError, Planned, SegmentPlan};
@@ -25,6 +25,7 @@ use super::desc::{
 };
 use super::front::{Drain, FrontCache, FrontRef, Key, Parked};
 use super::handle::{BufferBlock, PoolBuffer};
+use super::lock::{DeferredFree, EngineGuard, SubmitMark, held_here, submitting_here};
 use super::movable::{MovableBuffer, Movables};
 use super::scope::{Scope, ScopeReport};
 
@@ -103,7 +104,7 @@ pub(super) struct Inner {
     pub(super) device: wgpu::Device,
     queue: wgpu::Queue,
     engine: Mutex<Engine<WgpuBackend>>,
-    lost: Arc<LostState>,
+    pub(super) lost: Arc<LostState>,
     widen_usage: bool,
     mappable_primary: bool,
     /// Blocks dropped and not yet handed back to the engine (see front.rs).
@@ -136,16 +137,32 @@ pub(super) struct Inner {
     warned: AtomicBool,
     #[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
     alloc_gate: async_lock::Mutex<()>,
+    /// Frees made from wgpu callbacks while their thread held the engine's
+    /// lock, done as it is released (see lock.rs).
+    pub(super) reentrant_frees: Mutex<Vec<DeferredFree>>,
+    /// Some free waits in `reentrant_frees`.
+    pub(super) reentrant_due: AtomicBool,
+    /// A submit was learned of while this thread held the engine's lock.
+    pub(super) submit_news: AtomicBool,
+    /// `Pool::on_oom`'s observers, called with no lock held.
+    oom_observers: Mutex<Vec<OomObserver>>,
 }
+
+type OomObserver = Arc<dyn Fn(&OomInfo) + Send + Sync>;
 
 /// Pending bytes above which a pool that was never told of a submit warns.
 const PENDING_WARNING: u64 = 64 << 20;
 
 impl Inner {
-    pub(super) fn engine(&self) -> MutexGuard<'_, Engine<WgpuBackend>> {
-        // A panic while the lock was held cannot leave the engine half-updated in
-        // a way that matters more than losing the pool, so recover the guard.
-        self.engine.lock().unwrap_or_else(|e| e.into_inner())
+    /// The engine's mutex itself; [`Inner::engine`] (lock.rs) is the way to
+    /// take it.
+    pub(super) fn engine_lock(&self) -> LockResult<MutexGuard<'_, Engine<WgpuBackend>>> {
+        self.engine.lock()
+    }
+
+    /// The engine's mutex, if no other thread holds it.
+    pub(super) fn engine_try_lock(&self) -> TryLockResult<MutexGuard<'_, Engine<WgpuBackend>>> {
+        self.engine.try_lock()
     }
 
     /// The table of movable blocks; taken with the engine's lock held, or
@@ -157,7 +174,7 @@ impl Inner {
     /// The engine with every block of the front cache handed back and every
     /// deferred block a submit has covered reclaimed: the state to report,
     /// to change limits in and to release from.
-    fn engine_synced(&self) -> MutexGuard<'_, Engine<WgpuBackend>> {
+    fn engine_synced(&self) -> EngineGuard<'_> {
         let mut engine = self.engine();
         self.hand_back_all(&mut engine);
         self.reclaim(&mut engine);
@@ -170,7 +187,7 @@ impl Inner {
     /// parked blocks stay theirs unless a segment would be needed (see
     /// [`Pool::alloc`]): taking them back at every miss would make each
     /// thread's miss another's.
-    fn engine_mine(&self) -> MutexGuard<'_, Engine<WgpuBackend>> {
+    fn engine_mine(&self) -> EngineGuard<'_> {
         let mut engine = self.engine();
         self.hand_back(&mut engine, Drain::Mine);
         self.reclaim(&mut engine);
@@ -261,6 +278,15 @@ impl Inner {
         self.submit_lock.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// What a submit the pool learned of changes: deferred blocks it
+    /// covered reclaimed, movable blocks read before it unpinned.
+    pub(super) fn learned_of_submit_locked(&self, engine: &mut Engine<WgpuBackend>) {
+        self.reclaim(engine);
+        if self.any_pinned() {
+            self.unpin_movables(engine);
+        }
+    }
+
     /// Reclaims the engine's deferred blocks that a submit has covered.
     fn reclaim(&self, engine: &mut Engine<WgpuBackend>) {
         if self.engine_deferred.load(Ordering::Acquire) {
@@ -273,7 +299,7 @@ impl Inner {
 
     /// [`Inner::engine_synced`], with the requests the front cache served
     /// counted in the engine's counters: the state to report.
-    fn engine_reported(&self) -> MutexGuard<'_, Engine<WgpuBackend>> {
+    fn engine_reported(&self) -> EngineGuard<'_> {
         let mut engine = self.engine_synced();
         engine.count_handed_on(self.front.cache.take_handed_on());
         engine
@@ -376,6 +402,10 @@ impl Pool {
                 declared: AtomicBool::new(false),
                 warned: AtomicBool::new(false),
                 alloc_gate: async_lock::Mutex::new(()),
+                reentrant_frees: Mutex::default(),
+                reentrant_due: AtomicBool::new(false),
+                submit_news: AtomicBool::new(false),
+                oom_observers: Mutex::default(),
             }),
         })
     }
@@ -458,26 +488,21 @@ impl Pool {
     /// # }
     /// ```
     pub fn on_device_lost(&self, f: impl Fn(&str) + Send + Sync + 'static) {
-        let mut observers = self
-            .inner
-            .lost
-            .observers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        if let Some(why) = self.inner.lost.why() {
-            f(why);
-        }
-        observers.push(Box::new(f));
+        self.inner.lost.observe(Arc::new(f));
     }
 
+    /// The handle of an allocation: the lock released, then the block's
+    /// bytes cleared if asked and reused (the clear's submit may run wgpu
+    /// callbacks, which may drop handles of this pool).
     fn wrap(
         &self,
-        engine: &Engine<WgpuBackend>,
+        engine: EngineGuard<'_>,
         a: Allocation,
         desc: &AllocDesc<'_>,
         req: &Request,
     ) -> PoolBuffer {
-        let buffer = self.new_block_buffer(engine, &a);
+        let buffer = self.new_block_buffer(&engine, &a);
+        drop(engine);
         let block = BufferBlock {
             pool: Arc::downgrade(&self.inner),
             front: self.inner.front,
@@ -497,6 +522,32 @@ impl Pool {
         PoolBuffer::new(Arc::new(block))
     }
 
+    /// `result`, after the out-of-memory observers have seen it if it is
+    /// one; called with no lock held, so they may call the pool.
+    fn observed<T>(&self, result: Result<T>) -> Result<T> {
+        if let Err(Error::OutOfMemory(info)) = &result {
+            let observers = self
+                .inner
+                .oom_observers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            for f in observers {
+                f(info);
+            }
+        }
+        result
+    }
+
+    /// Refuses an allocation made from a wgpu callback that the pool's own
+    /// work ran on this thread, whose lock it holds (see lock.rs).
+    fn not_reentrant(&self, call: &'static str) -> Result<()> {
+        if held_here(&self.inner) {
+            return Err(Error::Reentrant(call));
+        }
+        Ok(())
+    }
+
     /// Allocates a buffer range. Natively the device's answer is known at once:
     /// on out-of-memory the pool releases its cache, retries (under its limit
     /// only where that makes room), calls the OOM
@@ -508,8 +559,8 @@ impl Pool {
             return Ok(hit);
         }
         let req = self.request(&desc)?;
-        let (engine, a) = self.allocate_native(&req)?;
-        Ok(self.wrap(&engine, a, &desc, &req))
+        let (engine, a) = self.observed(self.allocate_native(&req, "Pool::alloc"))?;
+        Ok(self.wrap(engine, a, &desc, &req))
     }
 
     /// The engine's allocation for `req`, natively: its cache, then (with
@@ -518,7 +569,9 @@ impl Pool {
     fn allocate_native(
         &self,
         req: &Request,
-    ) -> Result<(MutexGuard<'_, Engine<WgpuBackend>>, Allocation)> {
+        call: &'static str,
+    ) -> Result<(EngineGuard<'_>, Allocation)> {
+        self.not_reentrant(call)?;
         let mut engine = self.inner.engine_mine();
         if let Some(a) = engine.allocate_cached(req) {
             return Ok((engine, a));
@@ -549,8 +602,8 @@ impl Pool {
     #[cfg(not(target_arch = "wasm32"))]
     pub fn alloc_movable(&self, desc: AllocDesc<'_>) -> Result<MovableBuffer> {
         let req = self.movable_request(&desc)?;
-        let (engine, a) = self.allocate_native(&req)?;
-        Ok(self.wrap_movable(&engine, a, &desc, &req))
+        let (engine, a) = self.observed(self.allocate_native(&req, "Pool::alloc_movable"))?;
+        Ok(self.wrap_movable(engine, a, &desc, &req))
     }
 
     /// The relocatable request for `desc`, refused where the block could
@@ -580,19 +633,27 @@ impl Pool {
     }
 
     /// A movable allocation's handle, its bytes cleared if asked and reused.
+    /// Cleared with the lock held, unlike [`Pool::wrap`]'s: once it is
+    /// released another allocation may move the block, and the clear must
+    /// be queued before that move's copy. (A callback that the clear's
+    /// submit runs and that drops a handle of this pool is served as the
+    /// lock is released: see lock.rs.)
     fn wrap_movable(
         &self,
-        engine: &Engine<WgpuBackend>,
+        engine: EngineGuard<'_>,
         a: Allocation,
         desc: &AllocDesc<'_>,
         req: &Request,
     ) -> MovableBuffer {
-        let buffer = self.new_block_buffer(engine, &a);
+        let buffer = self.new_block_buffer(&engine, &a);
         if desc.zeroed && !a.fresh {
             self.clear(&buffer, a.offset, a.size);
         }
-        self.inner
-            .wrap_movable(buffer, &a, req.size, req.label.clone())
+        let handle = self
+            .inner
+            .wrap_movable(buffer, &a, req.size, req.label.clone());
+        drop(engine);
+        handle
     }
 
     /// The buffer of a block just allocated; a new segment warns, once, if
@@ -618,16 +679,17 @@ impl Pool {
             return Ok(hit);
         }
         let req = self.request(&desc)?;
-        let (engine, a) = self.allocate_async(&req).await?;
-        Ok(self.wrap(&engine, a, &desc, &req))
+        let (engine, a) = self.observed(self.allocate_async(&req, "Pool::alloc_async").await)?;
+        Ok(self.wrap(engine, a, &desc, &req))
     }
 
     /// [`Pool::alloc_movable`], awaiting the device's error scopes as
     /// [`Pool::alloc_async`] does: the way to allocate one in the browser.
     pub async fn alloc_movable_async(&self, desc: AllocDesc<'_>) -> Result<MovableBuffer> {
         let req = self.movable_request(&desc)?;
-        let (engine, a) = self.allocate_async(&req).await?;
-        Ok(self.wrap_movable(&engine, a, &desc, &req))
+        let allocated = self.allocate_async(&req, "Pool::alloc_movable_async").await;
+        let (engine, a) = self.observed(allocated)?;
+        Ok(self.wrap_movable(engine, a, &desc, &req))
     }
 
     /// The engine's allocation for `req`, one device answer awaited at a
@@ -635,7 +697,9 @@ impl Pool {
     async fn allocate_async(
         &self,
         req: &Request,
-    ) -> Result<(MutexGuard<'_, Engine<WgpuBackend>>, Allocation)> {
+        call: &'static str,
+    ) -> Result<(EngineGuard<'_>, Allocation)> {
+        self.not_reentrant(call)?;
         // One allocation at a time waits for the device (the engine counts
         // the plan against the limits meanwhile).
         let _gate = self.inner.alloc_gate.lock().await;
@@ -710,9 +774,16 @@ impl Pool {
         &self,
         command_buffers: I,
     ) -> wgpu::SubmissionIndex {
+        if submitting_here(&self.inner) {
+            // From a callback that this pool's own submit ran, after its
+            // command buffers: ordered after them, and the blocks dropped
+            // since wait for the next submit.
+            return self.inner.queue.submit(command_buffers);
+        }
         let cache = self.inner.front.cache;
         let index = {
             let _order = self.inner.submit_order();
+            let _mark = SubmitMark::new(&self.inner);
             self.inner.submitting.store(true, Ordering::SeqCst);
             let epoch = cache.submit_begins();
             let index = self.inner.queue.submit(command_buffers);
@@ -735,6 +806,12 @@ impl Pool {
     /// submit lock only to wait for a [`Pool::submit`] under way on another
     /// thread (whose command buffers a block dropped before may be in).
     pub fn submitted(&self) {
+        if submitting_here(&self.inner) {
+            // From a callback that this pool's own submit ran: that submit
+            // covers what was dropped before it, and waiting for it here
+            // would wait for this thread.
+            return;
+        }
         // The epoch's advance and the flag's load are sequentially consistent
         // with `Pool::submit`'s store: a submit not seen under way takes its
         // epoch after this call's, so its command buffers are ones recorded
@@ -751,12 +828,16 @@ impl Pool {
         if !self.inner.declared.load(Ordering::Relaxed) {
             self.inner.declared.store(true, Ordering::Relaxed);
         }
-        if self.inner.engine_deferred.load(Ordering::Acquire) {
-            self.inner.reclaim(&mut self.inner.engine());
+        if !self.inner.engine_deferred.load(Ordering::Acquire) && !self.inner.any_pinned() {
+            return;
         }
-        if self.inner.any_pinned() {
-            self.inner.unpin_movables(&mut self.inner.engine());
+        if held_here(&self.inner) {
+            // From a wgpu callback this pool's own work ran (see lock.rs).
+            self.inner.defer_submit_news();
+            return;
         }
+        self.inner
+            .learned_of_submit_locked(&mut self.inner.engine());
     }
 
     /// Logs once, through `tracing`, when blocks pile up pending in a pool
@@ -862,9 +943,30 @@ impl Pool {
         self.inner.engine_synced().set_cache_limit(cache_limit)
     }
 
-    /// Calls `f` with the pool's state on every out-of-memory.
+    /// Calls `f` with the pool's state on every out-of-memory, just before
+    /// the allocation returns [`Error::OutOfMemory`], with no lock held: it
+    /// may call the pool (`memory_summary()`, `empty_cache()`, ...). The
+    /// [`OomInfo`] is the state at the refusal; the pool's own figures may
+    /// show frees made since (by other threads, or by wgpu callbacks that
+    /// the allocation's polls ran).
+    ///
+    /// ```no_run
+    /// # fn demo(pool: std::sync::Arc<vrampool::Pool>) {
+    /// let weak = std::sync::Arc::downgrade(&pool);
+    /// pool.on_oom(move |info| {
+    ///     eprintln!("out of memory: {} requested", info.requested);
+    ///     if let Some(pool) = weak.upgrade() {
+    ///         eprintln!("{}", pool.memory_summary());
+    ///     }
+    /// });
+    /// # }
+    /// ```
     pub fn on_oom(&self, f: impl Fn(&OomInfo) + Send + Sync + 'static) {
-        self.inner.engine().add_oom_observer(Box::new(f))
+        self.inner
+            .oom_observers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Arc::new(f));
     }
 
     /// Starts recording allocate/free events as an RMM CSV log. While it

@@ -1,0 +1,410 @@
+//! wgpu runs user callbacks inside the pool's own wgpu calls: a submit or a
+//! poll fires every `map_async` callback that is due, and a poll on a lost
+//! device runs its lost callback. Several of those calls are made with the
+//! pool's lock held. A callback that drops a handle, submits, or allocates,
+//! and an observer that reads the pool, must not wait for the lock its own
+//! thread holds. Each case runs on a thread of its own and fails (instead of
+//! hanging the suite) if it does not finish in time; on the device the tests
+//! run on (lavapipe, or GL with `VRAMPOOL_TEST_BACKEND=gl`).
+//!
+//! The pools here have no front cache where a drop or a hit must reach the
+//! engine (a block parked in the front cache never takes the lock).
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::Duration;
+
+use vrampool::{AllocDesc, Config, Error, Limit, Pool, PoolOptions, Reuse};
+
+/// Runs `f` on a thread and returns its value, or fails if it has not
+/// returned within a minute: a deadlock.
+fn finishes<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    match rx.recv_timeout(Duration::from_secs(60)) {
+        Ok(v) => v,
+        Err(mpsc::RecvTimeoutError::Timeout) => {
+            panic!("{what}: still waiting after a minute (a deadlock on the pool's lock)")
+        }
+        Err(mpsc::RecvTimeoutError::Disconnected) => {
+            panic!("{what}: the thread panicked (its message is above)")
+        }
+    }
+}
+
+fn pool_with(config: Config, reuse: Reuse, front_cache: bool) -> Arc<Pool> {
+    let (device, queue, _) = vrampool_tests::device();
+    let options = PoolOptions {
+        config,
+        reuse,
+        front_cache,
+        ..PoolOptions::default()
+    };
+    Arc::new(Pool::new(device, queue, options).expect("pool"))
+}
+
+/// A pool whose every drop and allocation goes through the engine's lock.
+fn pool(reuse: Reuse) -> Arc<Pool> {
+    pool_with(Config::default(), reuse, false)
+}
+
+/// A readback block mapped with `callback` as its callback: wgpu calls it
+/// at the next poll or submit, whoever makes it. The map has not completed
+/// when this returns (no poll has run since).
+fn map_with(pool: &Pool, callback: impl FnOnce() + Send + 'static) -> vrampool::PoolBuffer {
+    let staging = pool.alloc(AllocDesc::readback(256)).expect("staging");
+    staging
+        .slice()
+        .map_async(wgpu::MapMode::Read, move |_| callback());
+    staging
+}
+
+/// A request no segment of a fresh pool has room for: it makes a segment,
+/// and the pool polls the device first, with its lock held.
+fn new_segment() -> AllocDesc<'static> {
+    AllocDesc::storage(48 << 20).read_write().label("big")
+}
+
+fn allocated(pool: &Pool) -> u64 {
+    pool.stats().total.allocated_bytes.current
+}
+
+#[test]
+fn a_callback_run_by_the_pools_own_poll_may_drop_handles() {
+    // The poll before a new segment runs a map callback that drops the last
+    // handles of a block and of a movable block: both come back once the
+    // allocation is done.
+    let pool = pool(Reuse::Immediate);
+    let p = Arc::clone(&pool);
+    let (ran, live) = finishes("a drop from a map callback", move || {
+        let block = p
+            .alloc(AllocDesc::storage(64 << 10).read_write().label("victim"))
+            .unwrap();
+        let movable = p
+            .alloc_movable(AllocDesc::storage(64 << 10).read_write().label("movable"))
+            .unwrap();
+        let ran = Arc::new(AtomicBool::new(false));
+        let r = Arc::clone(&ran);
+        let staging = map_with(&p, move || {
+            drop((block, movable));
+            r.store(true, Ordering::SeqCst);
+        });
+        assert!(
+            !ran.load(Ordering::SeqCst),
+            "the callback ran before any poll"
+        );
+        let live_before = allocated(&p);
+        let big = p.alloc(new_segment()).unwrap();
+        let ran = ran.load(Ordering::SeqCst);
+        // What is allocated now: the staging block and the new one.
+        let live = (
+            live_before,
+            allocated(&p),
+            staging.block_size() + big.block_size(),
+        );
+        drop((big, staging));
+        (ran, live)
+    });
+    assert!(ran, "the map callback did not run inside the allocation");
+    let (before, after, kept) = live;
+    assert_eq!(
+        after, kept,
+        "the blocks dropped in the callback were not freed (allocated {before} before, {after} after)"
+    );
+    assert_eq!(allocated(&pool), 0);
+    pool.check_invariants().unwrap();
+}
+
+/// A reused block asked for zeroed is cleared with a submit of its own,
+/// which runs the callbacks that are due. One drops the last handle of a
+/// readback block of the same pool and allocates: a plain block is cleared
+/// after the pool's lock is released, so the allocation is served; a movable
+/// block is cleared with the lock held (a move must not overtake the clear),
+/// so it is refused with `Error::Reentrant`.
+fn zeroing_submit_runs_a_callback(movable: bool) {
+    let pool = pool(Reuse::Immediate);
+    let p = Arc::clone(&pool);
+    let what = if movable {
+        "a callback of a movable block's zeroing submit"
+    } else {
+        "a callback of a block's zeroing submit"
+    };
+    let (got, live) = finishes(what, move || {
+        let desc = || AllocDesc::storage(64 << 10).read_write().label("reused");
+        if movable {
+            drop(p.alloc_movable(desc()).unwrap());
+        } else {
+            drop(p.alloc(desc()).unwrap());
+        }
+        let victim = p.alloc(AllocDesc::readback(4096)).unwrap();
+        let got = Arc::new(Mutex::new(None));
+        let (g, weak) = (Arc::clone(&got), Arc::downgrade(&p));
+        let staging = map_with(&p, move || {
+            drop(victim);
+            let pool = weak.upgrade().expect("the pool is alive");
+            let allocation = pool.alloc(AllocDesc::storage(4096).read_write());
+            *g.lock().unwrap() = Some(allocation.map(|b| b.block_size()));
+        });
+        if movable {
+            drop(p.alloc_movable(desc().zeroed()).unwrap());
+        } else {
+            drop(p.alloc(desc().zeroed()).unwrap());
+        }
+        drop(staging);
+        let got = got.lock().unwrap().take();
+        (got, allocated(&p))
+    });
+    match (movable, got) {
+        (false, Some(Ok(size))) => assert_eq!(size, 4096, "{what}"),
+        (true, Some(Err(Error::Reentrant(call)))) => assert_eq!(call, "Pool::alloc", "{what}"),
+        (_, other) => panic!("{what}: the callback's allocation gave {other:?}"),
+    }
+    // Every handle is gone now, the victim's too.
+    assert_eq!(
+        live, 0,
+        "{what}: blocks still allocated after every handle went"
+    );
+    pool.check_invariants().unwrap();
+}
+
+#[test]
+fn a_callback_run_by_a_zeroing_submit_may_drop_handles_and_allocate() {
+    zeroing_submit_runs_a_callback(false);
+}
+
+#[test]
+fn a_callback_run_by_a_movable_blocks_zeroing_submit_may_drop_handles() {
+    zeroing_submit_runs_a_callback(true);
+}
+
+#[test]
+fn an_allocation_from_inside_the_pools_own_poll_is_refused_not_deadlocked() {
+    let pool = pool(Reuse::AfterSubmit);
+    let p = Arc::clone(&pool);
+    let got = finishes("an allocation from a map callback", move || {
+        let result = Arc::new(Mutex::new(None));
+        let (r, weak) = (Arc::clone(&result), Arc::downgrade(&p));
+        let staging = map_with(&p, move || {
+            let pool = weak.upgrade().expect("the pool is alive");
+            let got = pool.alloc(AllocDesc::storage(12 << 10).read_write());
+            *r.lock().unwrap() = Some(got.map(|_| ()));
+        });
+        let big = p.alloc(new_segment()).unwrap();
+        drop((big, staging));
+        result.lock().unwrap().take()
+    });
+    match got {
+        Some(Err(e @ Error::Reentrant(_))) => {
+            let msg = e.to_string();
+            assert!(
+                msg.contains("Pool::alloc") && msg.contains("after the callback"),
+                "{msg}"
+            );
+        }
+        other => panic!("expected Error::Reentrant from inside the pool's poll, got {other:?}"),
+    }
+    // Outside any callback the same allocation is served.
+    pool.alloc(AllocDesc::storage(12 << 10).read_write())
+        .unwrap();
+}
+
+#[test]
+fn a_callback_run_by_the_pools_own_poll_may_tell_it_of_a_submit() {
+    // An `on_submitted_work_done`-style callback that submits the next work
+    // and tells the pool: inside the poll before a new segment (the lock
+    // held) `Pool::submitted` and `Pool::submit` take effect as the
+    // allocation ends, and the block dropped before them is reusable.
+    let pool = pool(Reuse::AfterSubmit);
+    let p = Arc::clone(&pool);
+    let pending = finishes("a submit from a map callback", move || {
+        drop(
+            p.alloc(AllocDesc::storage(64 << 10).read_write().label("pending"))
+                .unwrap(),
+        );
+        let ran = Arc::new(AtomicUsize::new(0));
+        let (r, weak) = (Arc::clone(&ran), Arc::downgrade(&p));
+        let staging = map_with(&p, move || {
+            let pool = weak.upgrade().expect("the pool is alive");
+            pool.submitted();
+            let encoder = pool.device().create_command_encoder(&Default::default());
+            pool.submit([encoder.finish()]);
+            r.fetch_add(1, Ordering::SeqCst);
+        });
+        let pending_before = p.stats().total.pending_bytes.current;
+        let big = p.alloc(new_segment()).unwrap();
+        assert_eq!(ran.load(Ordering::SeqCst), 1, "the callback did not run");
+        let pending = (pending_before, p.stats().total.pending_bytes.current);
+        drop((big, staging));
+        pending
+    });
+    assert_eq!(
+        pending,
+        (64 << 10, 0),
+        "(pending before the callback's submit, after)"
+    );
+    pool.check_invariants().unwrap();
+}
+
+#[test]
+fn a_callback_run_by_the_pools_own_submit_may_submit_again() {
+    // wgpu fires due callbacks at the end of `queue.submit`; inside
+    // `Pool::submit`, one that calls `Pool::submitted` and `Pool::submit`
+    // must not wait for the submit it runs in.
+    let pool = pool(Reuse::AfterSubmit);
+    let p = Arc::clone(&pool);
+    let (ran, pending) = finishes("a submit from a callback of Pool::submit", move || {
+        drop(
+            p.alloc(AllocDesc::storage(64 << 10).read_write().label("pending"))
+                .unwrap(),
+        );
+        // No poll between the map and the submit: the callback runs inside it.
+        let ran = Arc::new(AtomicUsize::new(0));
+        let (r, weak) = (Arc::clone(&ran), Arc::downgrade(&p));
+        let staging = map_with(&p, move || {
+            let pool = weak.upgrade().expect("the pool is alive");
+            pool.submitted();
+            let encoder = pool.device().create_command_encoder(&Default::default());
+            pool.submit([encoder.finish()]);
+            r.fetch_add(1, Ordering::SeqCst);
+        });
+        let encoder = p.device().create_command_encoder(&Default::default());
+        p.submit([encoder.finish()]);
+        let ran = ran.load(Ordering::SeqCst);
+        let pending = p.stats().total.pending_bytes.current;
+        drop(staging);
+        (ran, pending)
+    });
+    assert_eq!(ran, 1, "the map callback did not run inside Pool::submit");
+    assert_eq!(
+        pending, 0,
+        "the block dropped before Pool::submit is still pending"
+    );
+}
+
+#[test]
+fn reading_the_pool_from_inside_its_own_poll_panics_with_the_reason_and_the_pool_goes_on() {
+    // Waiting for the lock there would wait forever; the panic says why.
+    let pool = pool(Reuse::AfterSubmit);
+    let p = Arc::clone(&pool);
+    let message = finishes("stats() from a map callback", move || {
+        let weak = Arc::downgrade(&p);
+        let staging = map_with(&p, move || {
+            if let Some(pool) = weak.upgrade() {
+                let _ = pool.stats();
+            }
+        });
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            drop(p.alloc(new_segment()));
+        }));
+        drop(staging);
+        match caught {
+            Ok(()) => None,
+            Err(payload) => payload
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string())),
+        }
+    });
+    let message = message.expect("stats() inside the pool's own poll did not panic");
+    assert!(
+        message.contains("wgpu callback") && message.contains("after the callback returns"),
+        "{message}"
+    );
+    // The pool still serves, and its books hold.
+    let again = pool.alloc(new_segment()).unwrap();
+    assert_eq!(allocated(&pool), again.block_size());
+    drop(again);
+    pool.check_invariants().unwrap();
+}
+
+#[test]
+fn an_out_of_memory_observer_may_read_the_pool() {
+    let config = Config {
+        limit: Some(Limit::Bytes(4 << 20)),
+        ..Config::default()
+    };
+    let pool = pool_with(config, Reuse::AfterSubmit, true);
+    let seen = Arc::new(Mutex::new(None));
+    let (s, weak) = (Arc::clone(&seen), Arc::downgrade(&pool));
+    pool.on_oom(move |_| {
+        if let Some(pool) = weak.upgrade() {
+            let summary = pool.memory_summary();
+            let ooms = pool.stats().counters.ooms;
+            pool.empty_cache();
+            *s.lock().unwrap() = Some((summary, ooms));
+        }
+    });
+    let p = Arc::clone(&pool);
+    let got = finishes("an out-of-memory observer calling the pool", move || {
+        p.alloc(AllocDesc::storage(8 << 20).read_write())
+            .map(|_| ())
+    });
+    assert!(matches!(got, Err(Error::OutOfMemory(_))), "{got:?}");
+    let (summary, ooms) = seen.lock().unwrap().take().expect("the observer ran");
+    // Read after the refusal was counted, under the limit that refused it.
+    assert_eq!(ooms, 1);
+    assert!(summary.contains("limit 4.00 MiB"), "{summary}");
+}
+
+#[test]
+fn a_device_lost_observer_may_read_the_pool_and_is_called_once() {
+    // The loss is learned from the poll the pool makes, with its lock held,
+    // before it creates a segment; the observer runs once it is released,
+    // reads the pool and registers another observer, which is called at once
+    // (the device is lost already), and neither is called again.
+    let pool = pool(Reuse::AfterSubmit);
+    let calls = Arc::new(AtomicUsize::new(0));
+    let second = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::new(Mutex::new(None));
+    let (c, s, s2, weak) = (
+        Arc::clone(&calls),
+        Arc::clone(&seen),
+        Arc::clone(&second),
+        Arc::downgrade(&pool),
+    );
+    pool.on_device_lost(move |why| {
+        c.fetch_add(1, Ordering::SeqCst);
+        if let Some(pool) = weak.upgrade() {
+            *s.lock().unwrap() = Some((why.to_string(), allocated(&pool)));
+            let s2 = Arc::clone(&s2);
+            pool.on_device_lost(move |_| {
+                s2.fetch_add(1, Ordering::SeqCst);
+            });
+        }
+    });
+    let live = pool.alloc(AllocDesc::storage(4096).read_write()).unwrap();
+    pool.device().destroy();
+    let p = Arc::clone(&pool);
+    let got = finishes("a device-lost observer calling the pool", move || {
+        let got = p.alloc(new_segment()).map(|_| ());
+        // Another poll, and another allocation: nothing is called again.
+        let _ = p.device().poll(wgpu::PollType::Poll);
+        let again = p.alloc(new_segment()).map(|_| ());
+        (got, again)
+    });
+    assert!(matches!(got.0, Err(Error::DeviceLost(_))), "{:?}", got.0);
+    assert!(matches!(got.1, Err(Error::DeviceLost(_))), "{:?}", got.1);
+    match seen.lock().unwrap().clone() {
+        Some((why, allocated)) => {
+            assert!(why.contains("destroyed"), "{why}");
+            assert_eq!(
+                allocated,
+                live.block_size(),
+                "the observer saw the wrong figures"
+            );
+        }
+        None => panic!("the device-lost observer was not called"),
+    }
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        1,
+        "the first observer's calls"
+    );
+    assert_eq!(
+        second.load(Ordering::SeqCst),
+        1,
+        "the second observer's calls"
+    );
+}
