@@ -215,14 +215,15 @@ fn a_callback_run_by_the_pools_own_poll_may_tell_it_of_a_submit() {
     // An `on_submitted_work_done`-style callback that submits the next work
     // and tells the pool: inside the poll before a new segment (the lock
     // held) `Pool::submitted` and `Pool::submit` take effect as the
-    // allocation ends, and the block dropped before them is reusable.
+    // allocation ends. A movable block whose place was read before is
+    // unpinned by then: only that news unpins it (figures do not).
     let pool = pool(Reuse::AfterSubmit);
     let p = Arc::clone(&pool);
-    let pending = finishes("a submit from a map callback", move || {
-        drop(
-            p.alloc(AllocDesc::storage(64 << 10).read_write().label("pending"))
-                .unwrap(),
-        );
+    let (pinned, ran) = finishes("a submit from a map callback", move || {
+        let movable = p
+            .alloc_movable(AllocDesc::storage(64 << 10).read_write().label("read"))
+            .unwrap();
+        let _place = movable.place();
         let ran = Arc::new(AtomicUsize::new(0));
         let (r, weak) = (Arc::clone(&ran), Arc::downgrade(&p));
         let staging = map_with(&p, move || {
@@ -232,19 +233,95 @@ fn a_callback_run_by_the_pools_own_poll_may_tell_it_of_a_submit() {
             pool.submit([encoder.finish()]);
             r.fetch_add(1, Ordering::SeqCst);
         });
-        let pending_before = p.stats().total.pending_bytes.current;
+        let pinned_before = movable.is_pinned();
         let big = p.alloc(new_segment()).unwrap();
-        assert_eq!(ran.load(Ordering::SeqCst), 1, "the callback did not run");
-        let pending = (pending_before, p.stats().total.pending_bytes.current);
-        drop((big, staging));
-        pending
+        let pinned = (pinned_before, movable.is_pinned());
+        drop((big, staging, movable));
+        (pinned, ran.load(Ordering::SeqCst))
     });
+    assert_eq!(ran, 1, "the callback did not run inside the allocation");
     assert_eq!(
-        pending,
-        (64 << 10, 0),
-        "(pending before the callback's submit, after)"
+        pinned,
+        (true, false),
+        "(pinned before the callback's submit, after the allocation)"
     );
     pool.check_invariants().unwrap();
+}
+
+#[test]
+fn a_callback_under_the_lock_may_submit_while_another_thread_submits() {
+    // Thread B's callback runs inside the pool's poll (the engine's lock
+    // held) and submits while thread A is inside `Pool::submit` (its submit
+    // lock held), whose own callback drops a block and so waits for the
+    // engine's lock: B must not wait for A's submit lock.
+    let pool = pool(Reuse::AfterSubmit);
+    let (b_in, b_entered) = mpsc::channel::<()>();
+    let (a_in, a_entered) = mpsc::channel::<()>();
+    let victim = pool.alloc(AllocDesc::readback(4096)).unwrap();
+    let victim_size = victim.block_size();
+    // Allocated now: once B's callback runs, an allocation would wait for it.
+    let staging_a = pool.alloc(AllocDesc::readback(256)).unwrap();
+    let pb = Arc::clone(&pool);
+    let b = std::thread::spawn(move || {
+        let weak = Arc::downgrade(&pb);
+        let staging = map_with(&pb, move || {
+            b_in.send(()).unwrap();
+            let waited = a_entered.recv_timeout(Duration::from_secs(20));
+            let pool = weak.upgrade().expect("the pool is alive");
+            let encoder = pool.device().create_command_encoder(&Default::default());
+            pool.submit([encoder.finish()]);
+            assert!(waited.is_ok(), "thread A's callback did not run");
+        });
+        let big = pb.alloc(new_segment()).unwrap();
+        drop((big, staging));
+    });
+    let pa = Arc::clone(&pool);
+    let done = finishes(
+        "two threads, a submit lock and the engine's lock",
+        move || {
+            b_entered
+                .recv_timeout(Duration::from_secs(20))
+                .expect("thread B's callback did not run");
+            staging_a.slice().map_async(wgpu::MapMode::Read, move |_| {
+                a_in.send(()).unwrap();
+                drop(victim);
+            });
+            let encoder = pa.device().create_command_encoder(&Default::default());
+            pa.submit([encoder.finish()]);
+            drop(staging_a);
+            b.join().is_ok()
+        },
+    );
+    assert!(done, "thread B panicked");
+    assert_eq!(
+        allocated(&pool),
+        0,
+        "the victim ({victim_size} B) did not come back"
+    );
+    pool.check_invariants().unwrap();
+}
+
+#[test]
+fn a_callback_under_one_pools_lock_may_drop_another_pools_block() {
+    let first = pool(Reuse::Immediate);
+    let second = pool(Reuse::Immediate);
+    let (p, q) = (Arc::clone(&first), Arc::clone(&second));
+    let (ran, live) = finishes("a drop of another pool's block", move || {
+        let theirs = q.alloc(AllocDesc::storage(64 << 10).read_write()).unwrap();
+        let ran = Arc::new(AtomicBool::new(false));
+        let r = Arc::clone(&ran);
+        let staging = map_with(&p, move || {
+            drop(theirs);
+            r.store(true, Ordering::SeqCst);
+        });
+        let big = p.alloc(new_segment()).unwrap();
+        let live = allocated(&q);
+        drop((big, staging));
+        (ran.load(Ordering::SeqCst), live)
+    });
+    assert!(ran, "the callback did not run inside the allocation");
+    assert_eq!(live, 0, "the other pool's block did not come back");
+    second.check_invariants().unwrap();
 }
 
 #[test]
@@ -285,8 +362,14 @@ fn a_callback_run_by_the_pools_own_submit_may_submit_again() {
 
 #[test]
 fn reading_the_pool_from_inside_its_own_poll_panics_with_the_reason_and_the_pool_goes_on() {
-    // Waiting for the lock there would wait forever; the panic says why.
-    let pool = pool(Reuse::AfterSubmit);
+    // Waiting for the lock there would wait forever; the panic says why. It
+    // is raised once the allocation is whole (the limit's count of bytes
+    // being created included), and the block it made goes back.
+    let config = Config {
+        limit: Some(Limit::Bytes(128 << 20)),
+        ..Config::default()
+    };
+    let pool = pool_with(config, Reuse::AfterSubmit, false);
     let p = Arc::clone(&pool);
     let message = finishes("stats() from a map callback", move || {
         let weak = Arc::downgrade(&p);
@@ -312,9 +395,21 @@ fn reading_the_pool_from_inside_its_own_poll_panics_with_the_reason_and_the_pool
         message.contains("wgpu callback") && message.contains("after the callback returns"),
         "{message}"
     );
-    // The pool still serves, and its books hold.
-    let again = pool.alloc(new_segment()).unwrap();
-    assert_eq!(allocated(&pool), again.block_size());
+    // The pool still serves up to its limit (two 48 MiB blocks under 128
+    // MiB: a plan left counted would refuse the second), and its books hold.
+    assert_eq!(
+        allocated(&pool),
+        0,
+        "the allocation's block did not come back"
+    );
+    let again = (
+        pool.alloc(new_segment()).unwrap(),
+        pool.alloc(new_segment()).unwrap(),
+    );
+    assert_eq!(
+        allocated(&pool),
+        again.0.block_size() + again.1.block_size()
+    );
     drop(again);
     pool.check_invariants().unwrap();
 }

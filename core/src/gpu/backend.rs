@@ -5,6 +5,8 @@
 use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::backend::{Backend, DeviceError, SegmentDesc};
+
+use super::lock::shielded;
 use crate::error::Result;
 use crate::fault::{Fault, Faults};
 
@@ -148,7 +150,9 @@ impl WgpuBackend {
         // A destroyed device reports its loss from its next poll; poll here,
         // on the slow path, so a new segment is never made on a lost device.
         #[cfg(not(target_arch = "wasm32"))]
-        let _ = self.device.poll(wgpu::PollType::Poll);
+        shielded(|| {
+            let _ = self.device.poll(wgpu::PollType::Poll);
+        });
         if let Some(why) = self.lost() {
             return Err(DeviceError::Lost(why.to_string()));
         }
@@ -198,7 +202,7 @@ impl WgpuBackend {
         if counted && let Some(f) = &self.faults {
             f.on_release(buffer.size());
         }
-        buffer.destroy();
+        shielded(|| buffer.destroy());
     }
 
     /// Why the device was lost, once its lost callback has run.
@@ -245,25 +249,29 @@ impl LostState {
         }
     }
 
-    /// Calls every observer not called yet, once each, with no lock held:
-    /// an observer may call the pool, or register another observer.
+    /// Calls every observer not called yet, once each, with no engine lock
+    /// held: an observer may call the pool, or register another observer.
     pub(super) fn notify(&self) {
         let Some(why) = self.why() else {
             return;
         };
-        let due: Vec<LostObserver> = self
-            .observers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter_mut()
-            .filter(|(_, called)| !*called)
-            .map(|(f, called)| {
-                *called = true;
-                Arc::clone(f)
-            })
-            .collect();
-        for f in due {
-            f(why);
+        // One at a time, each marked as it is taken: an observer that
+        // panics leaves the others to the next notification.
+        loop {
+            let next = self
+                .observers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter_mut()
+                .find(|(_, called)| !*called)
+                .map(|(f, called)| {
+                    *called = true;
+                    Arc::clone(f)
+                });
+            match next {
+                Some(f) => f(why),
+                None => return,
+            }
         }
     }
 }
@@ -297,7 +305,7 @@ impl Backend for WgpuBackend {
         if let Some(f) = &self.faults {
             f.on_release(segment.size());
         }
-        segment.destroy();
+        shielded(|| segment.destroy());
     }
 
     fn abandon_segment(&mut self, segment: wgpu::Buffer) {
@@ -308,12 +316,14 @@ impl Backend for WgpuBackend {
         // handle (not destroying the buffer) lets wgpu keep it for them and
         // free it after they ran. Natively an idle buffer is freed at once;
         // in the browser, when the page collects it.
-        drop(segment);
+        shielded(|| drop(segment));
     }
 
     fn flush_releases(&mut self) {
         // Lets wgpu free destroyed buffers whose last submission has completed.
-        let _ = self.device.poll(wgpu::PollType::Poll);
+        shielded(|| {
+            let _ = self.device.poll(wgpu::PollType::Poll);
+        });
     }
 
     fn max_segment_size(&self) -> u64 {
@@ -356,7 +366,9 @@ impl Backend for WgpuBackend {
         if let Some(moves) = &mut self.moves
             && let Some(batch) = moves.batch.take()
         {
-            moves.queue.submit([batch.finish()]);
+            shielded(|| {
+                moves.queue.submit([batch.finish()]);
+            });
         }
     }
 }

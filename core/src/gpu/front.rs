@@ -356,14 +356,20 @@ impl FrontCache {
     /// [`Pool::submitted`](super::Pool::submitted): a submit that begins and
     /// is done at once, under the calling thread's shard lock. `under_way`, read
     /// after the drop epoch's advance, says whether a `Pool::submit` is under
-    /// way; if so the ready epoch moves only once `wait` returns.
-    pub(super) fn submit_now<G>(&self, under_way: impl FnOnce() -> bool, wait: impl FnOnce() -> G) {
+    /// way; if so the ready epoch moves only once `wait` returns, and not at
+    /// all if it cannot wait (`None`: the blocks wait for the next submit).
+    pub(super) fn submit_now<G>(
+        &self,
+        under_way: impl FnOnce() -> bool,
+        wait: impl FnOnce() -> Option<G>,
+    ) {
         let mut slot = self.shard().lock();
         let epoch = self.begin(&mut slot);
         if under_way() {
             drop(slot);
-            let _waited = wait();
-            self.submit_done(epoch);
+            if let Some(_waited) = wait() {
+                self.submit_done(epoch);
+            }
         } else {
             self.done(&mut slot, epoch);
         }

@@ -14,25 +14,36 @@
 //!   pool's lock is free, else queued the same way (two threads each under
 //!   one pool's lock, each dropping a handle of the other, would wait for
 //!   each other);
-//! - [`Pool::submit`](crate::Pool::submit) and
-//!   [`Pool::submitted`](crate::Pool::submitted) there take effect as the
-//!   lock is released, and a submit from a callback of the pool's own submit
-//!   goes straight to the queue;
+//! - [`Pool::submit`](crate::Pool::submit) there goes to the queue at once,
+//!   and what it and [`Pool::submitted`](crate::Pool::submitted) teach the
+//!   pool (reclaims, unpinning) is done as the lock is released; neither
+//!   waits for the submit lock of a thread that may be waiting for this one,
+//!   and a submit from a callback of the pool's own submit goes straight to
+//!   the queue (the blocks dropped since wait for the next submit);
 //! - an allocation there is refused with
 //!   [`Error::Reentrant`](crate::Error::Reentrant);
 //! - device-lost observers run once no pool's lock is held on the thread;
 //! - anything else that needs the engine there (`stats()`, `empty_cache()`,
 //!   ...) panics with a message saying so, instead of waiting forever.
 //!
+//! A callback that panics there (that way, or for its own reasons) does not
+//! unwind through the engine's half-done operation: [`shielded`] keeps the
+//! panic and the pool raises it again once the operation is whole and the
+//! thread holds no pool's lock (a block it was allocating is handed back as
+//! the unwinding drops its handle). wgpu drops the callbacks of the same
+//! batch that had not run yet.
+//!
 //! Architecture invariant: nothing here knows the engine's rules; it only
 //! delays what a callback asked for until the engine is free.
 
+use std::any::Any;
 use std::cell::RefCell;
 use std::ops::{Deref, DerefMut};
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, MutexGuard, TryLockError};
 
-use crate::engine::Engine;
+use crate::engine::{Engine, SegmentPlan};
 use crate::types::BlockId;
 
 use super::backend::{LostState, WgpuBackend};
@@ -48,6 +59,49 @@ thread_local! {
     /// Device losses learned while a pool's lock was held: their observers
     /// run once none is.
     static LOST_DUE: RefCell<Vec<Arc<LostState>>> = const { RefCell::new(Vec::new()) };
+    /// The first panic of a callback that [`shielded`] caught, to raise once
+    /// no pool's lock is held.
+    static CAUGHT: RefCell<Option<Box<dyn Any + Send>>> = const { RefCell::new(None) };
+}
+
+/// Runs `f`, a wgpu call that may run user callbacks (a submit, a poll, a
+/// destroy), so that a callback's panic does not unwind through the pool's
+/// operation while this thread holds a pool's lock: it is kept and raised
+/// again as the last lock is released ([`EngineGuard`]'s drop).
+pub(super) fn shielded(f: impl FnOnce()) {
+    if !held_anywhere() {
+        f();
+        return;
+    }
+    if let Err(payload) = std::panic::catch_unwind(AssertUnwindSafe(f)) {
+        let kept = CAUGHT.try_with(|c| {
+            let mut c = c.borrow_mut();
+            if c.is_none() {
+                *c = Some(payload);
+            }
+        });
+        if kept.is_err() {
+            tracing::error!("vrampool: a wgpu callback panicked while the thread was ending");
+        }
+    }
+}
+
+/// Raises a panic [`shielded`] kept, once no pool's lock is held (and the
+/// thread is not unwinding already).
+fn raise_caught() {
+    if held_anywhere() {
+        return;
+    }
+    let Ok(Some(payload)) = CAUGHT.try_with(|c| c.borrow_mut().take()) else {
+        return;
+    };
+    if std::thread::panicking() {
+        tracing::error!(
+            "vrampool: a wgpu callback panicked inside the pool's work while the thread was unwinding"
+        );
+        return;
+    }
+    std::panic::resume_unwind(payload);
 }
 
 fn key(inner: &Inner) -> usize {
@@ -118,12 +172,15 @@ pub(super) fn notify_lost(state: &Arc<LostState>) {
     state.notify();
 }
 
-/// A free that came while the lock was held on its own thread.
+/// What waits for the engine's lock when taking it could wait forever.
 pub(super) enum DeferredFree {
     /// A block's last handle went: back to the engine, stamped at its drop.
     Block { id: BlockId, stamp: u64 },
     /// A movable block's last handle went: out of the table too.
     Movable { id: BlockId, stamp: u64 },
+    /// An asynchronous allocation was dropped between its plan and its
+    /// segment: the plan is cancelled.
+    Cancel(SegmentPlan),
 }
 
 /// The engine's lock guard: on release, the frees and submits that waited
@@ -184,6 +241,7 @@ impl Drop for EngineGuard<'_> {
                 state.notify();
             }
         }
+        raise_caught();
     }
 }
 
@@ -206,34 +264,47 @@ impl Inner {
         EngineGuard::new(self, self.engine_lock().unwrap_or_else(|e| e.into_inner()))
     }
 
-    /// Gives back a block whose last handle was dropped: now, or, where
-    /// waiting for the engine's lock could wait forever, as it is released.
-    pub(super) fn free_from_drop(&self, free: DeferredFree) {
+    /// The engine's lock, unless waiting for it could wait forever: this
+    /// thread holds it (a callback of the pool's own work), or holds another
+    /// pool's and this one is busy (its holder may be waiting for that one).
+    pub(super) fn engine_if_safe(&self) -> Option<EngineGuard<'_>> {
         if held_here(self) {
-            // From a wgpu callback this pool's own work ran on this thread.
-            self.defer_free(free);
-            return;
+            return None;
         }
         if held_anywhere() {
-            // Under another pool's lock: the thread holding this one may be
-            // waiting for that one.
-            match self.engine_try_lock() {
-                Ok(guard) => self.free_now(&mut EngineGuard::new(self, guard), free),
-                Err(TryLockError::Poisoned(e)) => {
-                    self.free_now(&mut EngineGuard::new(self, e.into_inner()), free)
-                }
-                Err(TryLockError::WouldBlock) => {
-                    self.defer_free(free);
-                    // Its holder frees it as it releases the lock; if it
-                    // released it before seeing the queue, this does.
-                    if let Ok(guard) = self.engine_try_lock() {
-                        drop(EngineGuard::new(self, guard));
-                    }
-                }
-            }
+            return match self.engine_try_lock() {
+                Ok(guard) => Some(EngineGuard::new(self, guard)),
+                Err(TryLockError::Poisoned(e)) => Some(EngineGuard::new(self, e.into_inner())),
+                Err(TryLockError::WouldBlock) => None,
+            };
+        }
+        Some(self.engine())
+    }
+
+    /// Does what waits in the queue if the lock is free now: a holder that
+    /// released it before seeing the queue left it there.
+    fn kick(&self) {
+        if held_here(self) {
             return;
         }
-        self.free_now(&mut self.engine(), free);
+        match self.engine_try_lock() {
+            Ok(guard) => drop(EngineGuard::new(self, guard)),
+            Err(TryLockError::Poisoned(e)) => drop(EngineGuard::new(self, e.into_inner())),
+            Err(TryLockError::WouldBlock) => {}
+        }
+    }
+
+    /// Gives back a block whose last handle was dropped, or cancels a plan:
+    /// now, or, where waiting for the engine's lock could wait forever, as
+    /// it is released.
+    pub(super) fn free_from_drop(&self, free: DeferredFree) {
+        match self.engine_if_safe() {
+            Some(mut engine) => self.free_now(&mut engine, free),
+            None => {
+                self.defer_free(free);
+                self.kick();
+            }
+        }
     }
 
     fn free_now(&self, engine: &mut Engine<WgpuBackend>, free: DeferredFree) {
@@ -244,6 +315,7 @@ impl Inner {
                 self.forget_movable(id);
                 self.release(engine, id, stamp, mark)
             }
+            DeferredFree::Cancel(plan) => engine.cancel(plan),
         }
     }
 
@@ -256,11 +328,18 @@ impl Inner {
         self.reentrant_due.store(true, Ordering::SeqCst);
     }
 
-    /// Notes a submit learned of while this thread holds the lock: its
-    /// reclaim and unpinning are done as the lock is released.
-    pub(super) fn defer_submit_news(&self) {
-        self.submit_news.store(true, Ordering::SeqCst);
-        self.reentrant_due.store(true, Ordering::SeqCst);
+    /// What a submit the pool learned of changes (deferred blocks
+    /// reclaimed, movable blocks unpinned): now, or, where waiting for the
+    /// engine's lock could wait forever, as it is released.
+    pub(super) fn learned_of_submit(&self) {
+        match self.engine_if_safe() {
+            Some(mut engine) => self.learned_of_submit_locked(&mut engine),
+            None => {
+                self.submit_news.store(true, Ordering::SeqCst);
+                self.reentrant_due.store(true, Ordering::SeqCst);
+                self.kick();
+            }
+        }
     }
 
     /// What waited for the lock: queued frees and submit news, under the
@@ -282,7 +361,18 @@ impl Inner {
         if frees.is_empty() && !news {
             return;
         }
-        let mut engine = self.engine();
+        let Some(mut engine) = self.engine_if_safe() else {
+            // Another thread holds it now: back in the queue for its release.
+            self.reentrant_frees
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .extend(frees);
+            if news {
+                self.submit_news.store(true, Ordering::SeqCst);
+            }
+            self.reentrant_due.store(true, Ordering::SeqCst);
+            return;
+        };
         for free in frees {
             self.free_now(&mut engine, free);
         }

@@ -8,7 +8,7 @@
 #![cfg_attr(target_arch = "wasm32", allow(clippy::arc_with_non_send_sync))]
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, LockResult, Mutex, MutexGuard, TryLockResult, Weak};
+use std::sync::{Arc, LockResult, Mutex, MutexGuard, TryLockError, TryLockResult, Weak};
 
 use crate::config::{Config, Limit};
 use crate::engine::{Engine, FollowStats, InvariantError, Planned, SegmentPlan};
@@ -25,7 +25,9 @@ use super::desc::{
 };
 use super::front::{Drain, FrontCache, FrontRef, Key, Parked};
 use super::handle::{BufferBlock, PoolBuffer};
-use super::lock::{DeferredFree, EngineGuard, SubmitMark, held_here, submitting_here};
+use super::lock::{
+    DeferredFree, EngineGuard, SubmitMark, held_anywhere, held_here, shielded, submitting_here,
+};
 use super::movable::{MovableBuffer, Movables};
 use super::scope::{Scope, ScopeReport};
 
@@ -142,7 +144,8 @@ pub(super) struct Inner {
     pub(super) reentrant_frees: Mutex<Vec<DeferredFree>>,
     /// Some free waits in `reentrant_frees`.
     pub(super) reentrant_due: AtomicBool,
-    /// A submit was learned of while this thread held the engine's lock.
+    /// A submit was learned of where the engine's lock could not be
+    /// waited for: its reclaim waits in the queue above.
     pub(super) submit_news: AtomicBool,
     /// `Pool::on_oom`'s observers, called with no lock held.
     oom_observers: Mutex<Vec<OomObserver>>,
@@ -273,9 +276,19 @@ impl Inner {
         }
     }
 
-    /// The submit lock (see `Inner::submit_lock`).
-    fn submit_order(&self) -> MutexGuard<'_, ()> {
-        self.submit_lock.lock().unwrap_or_else(|e| e.into_inner())
+    /// The submit lock (see `Inner::submit_lock`), unless this thread holds
+    /// a pool's engine lock (a wgpu callback of the pool's work) and another
+    /// thread holds the submit lock: that thread may be waiting for the
+    /// engine lock (a callback of its submit dropping a block).
+    fn submit_order_if_safe(&self) -> Option<MutexGuard<'_, ()>> {
+        if !held_anywhere() {
+            return Some(self.submit_lock.lock().unwrap_or_else(|e| e.into_inner()));
+        }
+        match self.submit_lock.try_lock() {
+            Ok(guard) => Some(guard),
+            Err(TryLockError::Poisoned(e)) => Some(e.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        }
     }
 
     /// What a submit the pool learned of changes: deferred blocks it
@@ -462,7 +475,9 @@ impl Pool {
                 label: Some("vrampool zero-on-reuse"),
             });
         enc.clear_buffer(buffer, offset, Some(size));
-        self.inner.queue.submit([enc.finish()]);
+        shielded(|| {
+            self.inner.queue.submit([enc.finish()]);
+        });
     }
 
     /// Why the device was lost, once wgpu has said so (from a poll after
@@ -502,7 +517,6 @@ impl Pool {
         req: &Request,
     ) -> PoolBuffer {
         let buffer = self.new_block_buffer(&engine, &a);
-        drop(engine);
         let block = BufferBlock {
             pool: Arc::downgrade(&self.inner),
             front: self.inner.front,
@@ -516,10 +530,14 @@ impl Pool {
             sharing: Sharing::of(req),
             label: req.label.clone(),
         };
+        // The handle first: a panic a callback left for the lock's release
+        // (lock.rs) drops it, and the block goes back.
+        let handle = PoolBuffer::new(Arc::new(block));
+        drop(engine);
         if desc.zeroed && !a.fresh {
-            self.zero(&block);
+            self.zero(&handle);
         }
-        PoolBuffer::new(Arc::new(block))
+        handle
     }
 
     /// `result`, after the out-of-memory observers have seen it if it is
@@ -780,9 +798,15 @@ impl Pool {
             // since wait for the next submit.
             return self.inner.queue.submit(command_buffers);
         }
+        let Some(order) = self.inner.submit_order_if_safe() else {
+            // From a wgpu callback under a pool's lock while another thread
+            // submits (and may wait for that lock): to the queue at once, and
+            // the blocks dropped before wait for the next submit.
+            return self.inner.queue.submit(command_buffers);
+        };
         let cache = self.inner.front.cache;
         let index = {
-            let _order = self.inner.submit_order();
+            let _order = order;
             let _mark = SubmitMark::new(&self.inner);
             self.inner.submitting.store(true, Ordering::SeqCst);
             let epoch = cache.submit_begins();
@@ -819,7 +843,7 @@ impl Pool {
         // promise above, as with any other encoder.
         self.inner.front.cache.submit_now(
             || self.inner.submitting.load(Ordering::SeqCst),
-            || self.inner.submit_order(),
+            || self.inner.submit_order_if_safe(),
         );
         self.learned_of_submit();
     }
@@ -831,13 +855,9 @@ impl Pool {
         if !self.inner.engine_deferred.load(Ordering::Acquire) && !self.inner.any_pinned() {
             return;
         }
-        if held_here(&self.inner) {
-            // From a wgpu callback this pool's own work ran (see lock.rs).
-            self.inner.defer_submit_news();
-            return;
-        }
-        self.inner
-            .learned_of_submit_locked(&mut self.inner.engine());
+        // Now, or as the lock is released where a wgpu callback of the
+        // pool's own work asks (see lock.rs).
+        self.inner.learned_of_submit();
     }
 
     /// Logs once, through `tracing`, when blocks pile up pending in a pool
@@ -1102,7 +1122,8 @@ impl PlanGuard<'_> {
 impl Drop for PlanGuard<'_> {
     fn drop(&mut self) {
         if let Some(plan) = self.plan.take() {
-            self.inner.engine().cancel(plan);
+            // Dropped from a wgpu callback under the lock, it waits for it.
+            self.inner.free_from_drop(DeferredFree::Cancel(plan));
         }
     }
 }
