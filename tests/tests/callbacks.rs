@@ -71,6 +71,25 @@ fn allocated(pool: &Pool) -> u64 {
     pool.stats().total.allocated_bytes.current
 }
 
+/// A 64 KiB read-write storage block's description.
+fn small(label: &'static str) -> AllocDesc<'static> {
+    AllocDesc::storage(64 << 10).read_write().label(label)
+}
+
+/// A callback that tells the pool of a submit and submits the next work, as
+/// an `on_submitted_work_done` callback driving a frame loop would; counts
+/// its runs in `ran`.
+fn submits_next(pool: &Arc<Pool>, ran: &Arc<AtomicUsize>) -> impl FnOnce() + Send + 'static {
+    let (ran, weak) = (Arc::clone(ran), Arc::downgrade(pool));
+    move || {
+        let pool = weak.upgrade().expect("the pool is alive");
+        pool.submitted();
+        let encoder = pool.device().create_command_encoder(&Default::default());
+        pool.submit([encoder.finish()]);
+        ran.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
 #[test]
 fn a_callback_run_by_the_pools_own_poll_may_drop_handles() {
     // The poll before a new segment runs a map callback that drops the last
@@ -79,12 +98,8 @@ fn a_callback_run_by_the_pools_own_poll_may_drop_handles() {
     let pool = pool(Reuse::Immediate);
     let p = Arc::clone(&pool);
     let (ran, live) = finishes("a drop from a map callback", move || {
-        let block = p
-            .alloc(AllocDesc::storage(64 << 10).read_write().label("victim"))
-            .unwrap();
-        let movable = p
-            .alloc_movable(AllocDesc::storage(64 << 10).read_write().label("movable"))
-            .unwrap();
+        let block = p.alloc(small("victim")).unwrap();
+        let movable = p.alloc_movable(small("movable")).unwrap();
         let ran = Arc::new(AtomicBool::new(false));
         let r = Arc::clone(&ran);
         let staging = map_with(&p, move || {
@@ -132,7 +147,7 @@ fn zeroing_submit_runs_a_callback(movable: bool) {
         "a callback of a block's zeroing submit"
     };
     let (got, live) = finishes(what, move || {
-        let desc = || AllocDesc::storage(64 << 10).read_write().label("reused");
+        let desc = || small("reused");
         if movable {
             drop(p.alloc_movable(desc()).unwrap());
         } else {
@@ -220,19 +235,10 @@ fn a_callback_run_by_the_pools_own_poll_may_tell_it_of_a_submit() {
     let pool = pool(Reuse::AfterSubmit);
     let p = Arc::clone(&pool);
     let (pinned, ran) = finishes("a submit from a map callback", move || {
-        let movable = p
-            .alloc_movable(AllocDesc::storage(64 << 10).read_write().label("read"))
-            .unwrap();
+        let movable = p.alloc_movable(small("read")).unwrap();
         let _place = movable.place();
         let ran = Arc::new(AtomicUsize::new(0));
-        let (r, weak) = (Arc::clone(&ran), Arc::downgrade(&p));
-        let staging = map_with(&p, move || {
-            let pool = weak.upgrade().expect("the pool is alive");
-            pool.submitted();
-            let encoder = pool.device().create_command_encoder(&Default::default());
-            pool.submit([encoder.finish()]);
-            r.fetch_add(1, Ordering::SeqCst);
-        });
+        let staging = map_with(&p, submits_next(&p, &ran));
         let pinned_before = movable.is_pinned();
         let big = p.alloc(new_segment()).unwrap();
         let pinned = (pinned_before, movable.is_pinned());
@@ -307,7 +313,7 @@ fn a_callback_under_one_pools_lock_may_drop_another_pools_block() {
     let second = pool(Reuse::Immediate);
     let (p, q) = (Arc::clone(&first), Arc::clone(&second));
     let (ran, live) = finishes("a drop of another pool's block", move || {
-        let theirs = q.alloc(AllocDesc::storage(64 << 10).read_write()).unwrap();
+        let theirs = q.alloc(small("theirs")).unwrap();
         let ran = Arc::new(AtomicBool::new(false));
         let r = Arc::clone(&ran);
         let staging = map_with(&p, move || {
@@ -332,20 +338,10 @@ fn a_callback_run_by_the_pools_own_submit_may_submit_again() {
     let pool = pool(Reuse::AfterSubmit);
     let p = Arc::clone(&pool);
     let (ran, pending) = finishes("a submit from a callback of Pool::submit", move || {
-        drop(
-            p.alloc(AllocDesc::storage(64 << 10).read_write().label("pending"))
-                .unwrap(),
-        );
+        drop(p.alloc(small("pending")).unwrap());
         // No poll between the map and the submit: the callback runs inside it.
         let ran = Arc::new(AtomicUsize::new(0));
-        let (r, weak) = (Arc::clone(&ran), Arc::downgrade(&p));
-        let staging = map_with(&p, move || {
-            let pool = weak.upgrade().expect("the pool is alive");
-            pool.submitted();
-            let encoder = pool.device().create_command_encoder(&Default::default());
-            pool.submit([encoder.finish()]);
-            r.fetch_add(1, Ordering::SeqCst);
-        });
+        let staging = map_with(&p, submits_next(&p, &ran));
         let encoder = p.device().create_command_encoder(&Default::default());
         p.submit([encoder.finish()]);
         let ran = ran.load(Ordering::SeqCst);
