@@ -411,6 +411,78 @@ fn reading_the_pool_from_inside_its_own_poll_panics_with_the_reason_and_the_pool
 }
 
 #[test]
+fn a_callback_panic_in_an_async_allocations_releases_cancels_its_plan() {
+    // Under a 128 MiB budget a 64 MiB request releases the cached 96 MiB
+    // segment it cannot use; that release's poll runs a callback that
+    // panics. The panic comes out of `alloc_async` once the plan is in
+    // hand, and the plan is cancelled: the limit's count of bytes being
+    // created goes back to zero, so 96 MiB allocate after.
+    let config = Config {
+        limit: Some(Limit::Bytes(128 << 20)),
+        ..Config::default()
+    };
+    let pool = pool_with(config, Reuse::Immediate, false);
+    let p = Arc::clone(&pool);
+    let caught = finishes("a panic from a callback of the release's poll", move || {
+        drop(p.alloc(AllocDesc::storage(96 << 20).read_write()).unwrap());
+        let weak = Arc::downgrade(&p);
+        let staging = map_with(&p, move || {
+            if let Some(pool) = weak.upgrade() {
+                let _ = pool.stats();
+            }
+        });
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _ = pollster::block_on(p.alloc_async(AllocDesc::storage(64 << 20).read_write()));
+        }));
+        drop(staging);
+        caught.is_err()
+    });
+    assert!(
+        caught,
+        "the callback's panic did not come out of alloc_async"
+    );
+    assert_eq!(allocated(&pool), 0);
+    let again = (
+        pool.alloc(new_segment()).unwrap(),
+        pool.alloc(new_segment()).unwrap(),
+    );
+    drop(again);
+    pool.check_invariants().unwrap();
+}
+
+#[test]
+fn a_panicking_device_lost_observer_leaves_the_others_called() {
+    let pool = pool(Reuse::AfterSubmit);
+    let second = Arc::new(AtomicUsize::new(0));
+    pool.on_device_lost(|_| panic!("the first observer panics"));
+    let s = Arc::clone(&second);
+    pool.on_device_lost(move |_| {
+        s.fetch_add(1, Ordering::SeqCst);
+    });
+    pool.device().destroy();
+    let p = Arc::clone(&pool);
+    let (first, then) = finishes("a panicking device-lost observer", move || {
+        let first = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _ = p.alloc(new_segment());
+        }));
+        let first = first.err().map(|payload| {
+            payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .unwrap_or_default()
+        });
+        (first, p.alloc(new_segment()).map(|_| ()))
+    });
+    assert_eq!(first.as_deref(), Some("the first observer panics"));
+    assert_eq!(
+        second.load(Ordering::SeqCst),
+        1,
+        "the second observer's calls"
+    );
+    assert!(matches!(then, Err(Error::DeviceLost(_))), "{then:?}");
+}
+
+#[test]
 fn an_out_of_memory_observer_may_read_the_pool() {
     let config = Config {
         limit: Some(Limit::Bytes(4 << 20)),

@@ -251,12 +251,12 @@ impl LostState {
 
     /// Calls every observer not called yet, once each, with no engine lock
     /// held: an observer may call the pool, or register another observer.
-    pub(super) fn notify(&self) {
-        let Some(why) = self.why() else {
-            return;
-        };
-        // One at a time, each marked as it is taken: an observer that
-        // panics leaves the others to the next notification.
+    /// One that panics does not keep the others from being called; the
+    /// first panic is returned, for the caller to raise.
+    #[must_use]
+    pub(super) fn notify(&self) -> Option<Box<dyn std::any::Any + Send>> {
+        let why = self.why()?;
+        let mut first = None;
         loop {
             let next = self
                 .observers
@@ -268,9 +268,12 @@ impl LostState {
                     *called = true;
                     Arc::clone(f)
                 });
-            match next {
-                Some(f) => f(why),
-                None => return,
+            let Some(f) = next else {
+                return first;
+            };
+            if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(why)))
+            {
+                first.get_or_insert(payload);
             }
         }
     }

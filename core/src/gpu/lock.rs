@@ -86,18 +86,22 @@ pub(super) fn shielded(f: impl FnOnce()) {
     }
 }
 
-/// Raises a panic [`shielded`] kept, once no pool's lock is held (and the
-/// thread is not unwinding already).
-fn raise_caught() {
-    if held_anywhere() {
-        return;
-    }
-    let Ok(Some(payload)) = CAUGHT.try_with(|c| c.borrow_mut().take()) else {
-        return;
-    };
+/// What a panic says, for a log line.
+fn message(payload: &(dyn Any + Send)) -> &str {
+    payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(not a string)")
+}
+
+/// Raises `payload` (a panic kept while a pool's lock was held), unless the
+/// thread is unwinding already: a second panic would abort.
+fn raise(payload: Box<dyn Any + Send>) {
     if std::thread::panicking() {
         tracing::error!(
-            "vrampool: a wgpu callback panicked inside the pool's work while the thread was unwinding"
+            "vrampool: a wgpu callback or observer panicked while the thread was unwinding: {}",
+            message(&*payload)
         );
         return;
     }
@@ -143,6 +147,13 @@ pub(super) fn submitting_here(inner: &Inner) -> bool {
     listed(&SUBMITTING, key(inner))
 }
 
+/// Whether this thread is inside any pool's [`Pool::submit`](crate::Pool::submit).
+pub(super) fn submitting_anywhere() -> bool {
+    SUBMITTING
+        .try_with(|s| !s.borrow().is_empty())
+        .unwrap_or(false)
+}
+
 /// Marks this thread as inside `inner`'s submit while it lives.
 pub(super) struct SubmitMark(usize);
 
@@ -169,7 +180,9 @@ pub(super) fn notify_lost(state: &Arc<LostState>) {
             return;
         }
     }
-    state.notify();
+    if let Some(payload) = state.notify() {
+        raise(payload);
+    }
 }
 
 /// What waits for the engine's lock when taking it could wait forever.
@@ -232,16 +245,36 @@ impl Drop for EngineGuard<'_> {
     fn drop(&mut self) {
         remove(&HELD, key(self.inner));
         drop(self.guard.take());
+        // Orders the unlock before the queue's flag is read, against a
+        // deferring thread's flag store before its try-lock (`kick`).
+        std::sync::atomic::fence(Ordering::SeqCst);
         self.inner.after_unlock();
-        if !held_anywhere() {
-            let due = LOST_DUE
-                .try_with(|d| std::mem::take(&mut *d.borrow_mut()))
-                .unwrap_or_default();
-            for state in due {
-                state.notify();
+        if held_anywhere() {
+            // Observers and kept panics wait for the last lock's release.
+            return;
+        }
+        if std::thread::panicking() {
+            // No observer now (its panic would abort); a kept panic is
+            // logged, not left for an unrelated call to raise.
+            if let Ok(Some(payload)) = CAUGHT.try_with(|c| c.borrow_mut().take()) {
+                raise(payload);
+            }
+            return;
+        }
+        // The kept panic first, so an observer that calls the pool does not
+        // meet it; then every due loss's observers; then the first panic.
+        let mut first = CAUGHT.try_with(|c| c.borrow_mut().take()).ok().flatten();
+        let due = LOST_DUE
+            .try_with(|d| std::mem::take(&mut *d.borrow_mut()))
+            .unwrap_or_default();
+        for state in due {
+            if let Some(payload) = state.notify() {
+                first.get_or_insert(payload);
             }
         }
-        raise_caught();
+        if let Some(payload) = first {
+            raise(payload);
+        }
     }
 }
 
@@ -287,6 +320,9 @@ impl Inner {
         if held_here(self) {
             return;
         }
+        // Orders the queue's flag store before the try-lock, against the
+        // holder's unlock before it reads the flag (`EngineGuard`'s drop).
+        std::sync::atomic::fence(Ordering::SeqCst);
         match self.engine_try_lock() {
             Ok(guard) => drop(EngineGuard::new(self, guard)),
             Err(TryLockError::Poisoned(e)) => drop(EngineGuard::new(self, e.into_inner())),
@@ -371,6 +407,8 @@ impl Inner {
                 self.submit_news.store(true, Ordering::SeqCst);
             }
             self.reentrant_due.store(true, Ordering::SeqCst);
+            // Its holder may have read the flag before it was set again.
+            self.kick();
             return;
         };
         for free in frees {

@@ -26,7 +26,8 @@ use super::desc::{
 use super::front::{Drain, FrontCache, FrontRef, Key, Parked};
 use super::handle::{BufferBlock, PoolBuffer};
 use super::lock::{
-    DeferredFree, EngineGuard, SubmitMark, held_anywhere, held_here, shielded, submitting_here,
+    DeferredFree, EngineGuard, SubmitMark, held_anywhere, held_here, shielded, submitting_anywhere,
+    submitting_here,
 };
 use super::movable::{MovableBuffer, Movables};
 use super::scope::{Scope, ScopeReport};
@@ -277,11 +278,12 @@ impl Inner {
     }
 
     /// The submit lock (see `Inner::submit_lock`), unless this thread holds
-    /// a pool's engine lock (a wgpu callback of the pool's work) and another
-    /// thread holds the submit lock: that thread may be waiting for the
-    /// engine lock (a callback of its submit dropping a block).
+    /// a pool's engine lock or is inside a pool's submit (a wgpu callback of
+    /// the pool's work) and another thread holds the submit lock: that thread
+    /// may be waiting for the lock this one holds (a callback of its submit
+    /// dropping a block, or submitting to the other pool).
     fn submit_order_if_safe(&self) -> Option<MutexGuard<'_, ()>> {
-        if !held_anywhere() {
+        if !held_anywhere() && !submitting_anywhere() {
             return Some(self.submit_lock.lock().unwrap_or_else(|e| e.into_inner()));
         }
         match self.submit_lock.try_lock() {
@@ -326,11 +328,31 @@ impl Drop for Inner {
     fn drop(&mut self) {
         let cache = self.front.cache;
         cache.close();
+        // Given back even if a callback's panic is raised below (lock.rs).
+        let _give_back = GiveBack(cache);
         let mut engine = self.engine();
         self.hand_back(&mut engine, Drain::EveryLocked);
         engine.count_handed_on(cache.take_handed_on());
         drop(engine);
-        cache.give_back();
+    }
+}
+
+/// Returns a closed front cache to the table when dropped.
+struct GiveBack(&'static FrontCache);
+
+impl Drop for GiveBack {
+    fn drop(&mut self) {
+        self.0.give_back();
+    }
+}
+
+/// Clears [`Inner::submitting`] when dropped, also when a callback of the
+/// submit panics.
+struct Submitting<'a>(&'a AtomicBool);
+
+impl Drop for Submitting<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::SeqCst);
     }
 }
 
@@ -721,7 +743,13 @@ impl Pool {
         // One allocation at a time waits for the device (the engine counts
         // the plan against the limits meanwhile).
         let _gate = self.inner.alloc_gate.lock().await;
-        let plan = {
+        // Holds the plan from the moment it is made: a panic a callback left
+        // for the lock's release (lock.rs) cancels it as it unwinds.
+        let mut plan = PlanGuard {
+            inner: &self.inner,
+            plan: None,
+        };
+        {
             let mut engine = self.inner.engine_mine();
             if let Some(a) = engine.allocate_cached(req) {
                 return Ok((engine, a));
@@ -732,13 +760,9 @@ impl Pool {
             self.inner.note_follow_end(&engine);
             match planned? {
                 Planned::Hit(a) => return Ok((engine, a)),
-                Planned::Create(plan) => plan,
+                Planned::Create(p) => plan.put(p),
             }
-        };
-        let mut plan = PlanGuard {
-            inner: &self.inner,
-            plan: Some(plan),
-        };
+        }
         loop {
             let begun = self
                 .inner
@@ -809,10 +833,11 @@ impl Pool {
             let _order = order;
             let _mark = SubmitMark::new(&self.inner);
             self.inner.submitting.store(true, Ordering::SeqCst);
+            let submitting = Submitting(&self.inner.submitting);
             let epoch = cache.submit_begins();
             let index = self.inner.queue.submit(command_buffers);
             cache.submit_done(epoch);
-            self.inner.submitting.store(false, Ordering::SeqCst);
+            drop(submitting);
             index
         };
         self.learned_of_submit();
