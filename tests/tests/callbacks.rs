@@ -571,3 +571,49 @@ fn a_device_lost_observer_may_read_the_pool_and_is_called_once() {
         "the second observer's calls"
     );
 }
+
+#[test]
+fn empty_cache_gives_back_a_segment_a_callback_emptied_during_it() {
+    // empty_cache polls twice: as it releases (with the lock held; only when
+    // it released something) and as it waits for the device after. A map
+    // callback run by either drops the last block of a segment: that segment
+    // is given back too before empty_cache returns, as it would have been
+    // had the block been dropped a moment before the call.
+    for release_first in [true, false] {
+        let pool = pool(Reuse::Immediate);
+        let p = Arc::clone(&pool);
+        let (ran, left) = finishes("a drop during empty_cache", move || {
+            if release_first {
+                // A cached segment of its own usage, for the first poll.
+                drop(p.alloc(AllocDesc::uniform(256)).unwrap());
+            }
+            let victim = p.alloc(small("victim")).unwrap();
+            let ran = Arc::new(AtomicBool::new(false));
+            let r = Arc::clone(&ran);
+            let staging = map_with(&p, move || {
+                drop(victim);
+                r.store(true, Ordering::SeqCst);
+            });
+            p.empty_cache();
+            let left: Vec<_> = p
+                .snapshot()
+                .segments
+                .into_iter()
+                .filter(|s| {
+                    s.blocks
+                        .iter()
+                        .all(|b| b.state != vrampool::SnapshotState::Live)
+                })
+                .map(|s| s.label)
+                .collect();
+            drop(staging);
+            (ran.load(Ordering::SeqCst), left)
+        });
+        assert!(ran, "the callback did not run inside empty_cache");
+        assert!(
+            left.is_empty(),
+            "with a release first: {release_first}; segments with no live block left after empty_cache: {left:?}"
+        );
+        pool.check_invariants().unwrap();
+    }
+}

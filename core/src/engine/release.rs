@@ -202,4 +202,15 @@ impl<B: Backend> Engine<B> {
         self.counters.last_empty_cache_bytes = released;
         released
     }
+
+    /// The rest of the same [`Engine::empty_cache`]: releases what became
+    /// releasable since (blocks freed while it ran, by a callback its
+    /// release's poll fired or by another thread), counted in its bytes.
+    /// Returns the bytes released now.
+    #[cfg(feature = "wgpu")]
+    pub(crate) fn empty_cache_continued(&mut self) -> u64 {
+        let released = self.release(u64::MAX);
+        self.counters.last_empty_cache_bytes += released;
+        released
+    }
 }

@@ -157,6 +157,11 @@ type OomObserver = Arc<dyn Fn(&OomInfo) + Send + Sync>;
 /// Pending bytes above which a pool that was never told of a submit warns.
 const PENDING_WARNING: u64 = 64 << 20;
 
+/// How many times [`Pool::empty_cache`] releases again what wgpu callbacks
+/// freed during its waits: each wait may run callbacks that free more, and a
+/// callback that frees something at every poll must not keep it waiting.
+const EMPTY_CACHE_ROUNDS: usize = 3;
+
 impl Inner {
     /// The engine's mutex itself; [`Inner::engine`] (lock.rs) is the way to
     /// take it.
@@ -905,15 +910,28 @@ impl Pool {
     /// Releases every cached segment that holds no live block and waits for the
     /// device to really free them (`torch.cuda.empty_cache()`). Segments that
     /// hold pending blocks are released too: wgpu keeps such a buffer for the
-    /// commands that still use it and frees it after them. Returns the bytes
+    /// commands that still use it and frees it after them. A block a wgpu
+    /// callback frees while it runs (a `map_async` or `on_submitted_work_done`
+    /// callback its polls fire) is given back too. Returns the bytes
     /// released.
     pub fn empty_cache(&self) -> u64 {
-        let released = {
+        let mut released = {
             let mut engine = self.inner.engine_synced();
             let released = engine.empty_cache();
             self.inner.note_follow_end(&engine);
             released
         };
+        // A wgpu callback run by the release's poll (its drops wait for the
+        // lock's release) or by the wait may free the last block of a
+        // segment: that segment goes too, as if freed just before the call.
+        for _ in 0..EMPTY_CACHE_ROUNDS {
+            let _ = self.inner.device.poll(wgpu::PollType::wait_indefinitely());
+            let more = self.inner.engine_synced().empty_cache_continued();
+            if more == 0 {
+                return released;
+            }
+            released += more;
+        }
         let _ = self.inner.device.poll(wgpu::PollType::wait_indefinitely());
         released
     }
