@@ -12,21 +12,8 @@ use vrampool::{AllocDesc, Pool, PoolOptions};
 
 #[path = "common/mod.rs"]
 mod common;
-
-const SHADER: &str = r#"
-struct Frame { color: vec4<f32>, offset: vec2<f32>, pad: vec2<f32> }
-@group(0) @binding(0) var<uniform> frame: Frame;
-
-@vertex
-fn vs(@location(0) position: vec2<f32>) -> @builtin(position) vec4<f32> {
-    return vec4<f32>(position + frame.offset, 0.0, 1.0);
-}
-
-@fragment
-fn fs() -> @location(0) vec4<f32> {
-    return frame.color;
-}
-"#;
+#[path = "common/quad.rs"]
+mod quad;
 
 const SIZE: u32 = 64;
 const FRAMES: u32 = 60;
@@ -44,68 +31,16 @@ fn run() -> Result<Report, Box<dyn std::error::Error>> {
     let pool = Pool::new(device, queue, PoolOptions::default())?;
     let device = pool.device().clone();
 
-    // A quad over the left half of the target (x from -1 to 0), as two triangles.
-    let quad: [[f32; 2]; 4] = [[-1.0, -1.0], [0.0, -1.0], [0.0, 1.0], [-1.0, 1.0]];
+    // A quad over the left half of the target, as two triangles.
     let vertices = pool.alloc(AllocDesc::vertex(32).label("quad vertices"))?;
     let indices = pool.alloc(AllocDesc::index(12).label("quad indices"))?;
-    let bytes: Vec<u8> = quad
-        .iter()
-        .flatten()
-        .flat_map(|v| v.to_le_bytes())
-        .collect();
+    let (corners, idx) = quad::mesh();
     pool.queue()
-        .write_buffer(vertices.buffer(), vertices.offset(), &bytes);
-    let idx: Vec<u8> = [0u16, 1, 2, 0, 2, 3]
-        .iter()
-        .flat_map(|i| i.to_le_bytes())
-        .collect();
+        .write_buffer(vertices.buffer(), vertices.offset(), &corners);
     pool.queue()
         .write_buffer(indices.buffer(), indices.offset(), &idx);
-
-    let target = device.create_texture(&wgpu::TextureDescriptor {
-        label: Some("target"),
-        size: wgpu::Extent3d {
-            width: SIZE,
-            height: SIZE,
-            depth_or_array_layers: 1,
-        },
-        mip_level_count: 1,
-        sample_count: 1,
-        dimension: wgpu::TextureDimension::D2,
-        format: wgpu::TextureFormat::Rgba8Unorm,
-        usage: wgpu::TextureUsages::RENDER_ATTACHMENT | wgpu::TextureUsages::COPY_SRC,
-        view_formats: &[],
-    });
-    let view = target.create_view(&Default::default());
-    let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
-        label: Some("quad"),
-        source: wgpu::ShaderSource::Wgsl(SHADER.into()),
-    });
-    let pipeline = device.create_render_pipeline(&wgpu::RenderPipelineDescriptor {
-        label: Some("quad"),
-        layout: None,
-        vertex: wgpu::VertexState {
-            module: &module,
-            entry_point: Some("vs"),
-            compilation_options: Default::default(),
-            buffers: &[Some(wgpu::VertexBufferLayout {
-                array_stride: 8,
-                step_mode: wgpu::VertexStepMode::Vertex,
-                attributes: &wgpu::vertex_attr_array![0 => Float32x2],
-            })],
-        },
-        fragment: Some(wgpu::FragmentState {
-            module: &module,
-            entry_point: Some("fs"),
-            compilation_options: Default::default(),
-            targets: &[Some(wgpu::TextureFormat::Rgba8Unorm.into())],
-        }),
-        primitive: Default::default(),
-        depth_stencil: None,
-        multisample: Default::default(),
-        multiview_mask: None,
-        cache: None,
-    });
+    // The pipeline (WGSL: a uniform with the colour) and a SIZE × SIZE target.
+    let quad = quad::Quad::new(&device, SIZE, SIZE);
 
     let staging = pool.alloc(AllocDesc::readback((SIZE * SIZE * 4) as u64).label("pixels"))?;
     let mut device_allocs_after_frame_2 = 0;
@@ -113,39 +48,17 @@ fn run() -> Result<Report, Box<dyn std::error::Error>> {
         // The frame's uniform: allocated, written, bound, and dropped before
         // the submit. The pool keeps it pending until `Pool::submit`, so the
         // next frame's uniform never overwrites one a recorded pass still reads.
-        let uniform = pool.alloc(AllocDesc::uniform(32).label("frame uniform"))?;
+        let uniform = pool.alloc(AllocDesc::uniform(quad::UNIFORM_SIZE).label("frame uniform"))?;
         let shade = f as f32 / (FRAMES - 1) as f32;
-        let values = [shade, 0.5, 1.0 - shade, 1.0, 0.0, 0.0, 0.0, 0.0];
-        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-        pool.queue()
-            .write_buffer(uniform.buffer(), uniform.offset(), &bytes);
-        let group = device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: Some("frame"),
-            layout: &pipeline.get_bind_group_layout(0),
-            entries: &[wgpu::BindGroupEntry {
-                binding: 0,
-                resource: uniform.binding(),
-            }],
-        });
+        pool.queue().write_buffer(
+            uniform.buffer(),
+            uniform.offset(),
+            &quad::uniform([shade, 0.5, 1.0 - shade, 1.0], 0.0),
+        );
+        let group = quad.bind(&device, &uniform);
         let mut encoder = device.create_command_encoder(&Default::default());
         {
-            let mut pass = encoder.begin_render_pass(&wgpu::RenderPassDescriptor {
-                label: Some("frame"),
-                color_attachments: &[Some(wgpu::RenderPassColorAttachment {
-                    view: &view,
-                    depth_slice: None,
-                    resolve_target: None,
-                    ops: wgpu::Operations {
-                        load: wgpu::LoadOp::Clear(wgpu::Color::BLACK),
-                        store: wgpu::StoreOp::Store,
-                    },
-                })],
-                depth_stencil_attachment: None,
-                timestamp_writes: None,
-                occlusion_query_set: None,
-                multiview_mask: None,
-            });
-            pass.set_pipeline(&pipeline);
+            let mut pass = quad.pass(&mut encoder);
             pass.set_bind_group(0, &group, &[]);
             // Vertices, indices and the uniform may be ranges of one buffer:
             // all three are read-only uses, which one pass may combine.
@@ -154,22 +67,7 @@ fn run() -> Result<Report, Box<dyn std::error::Error>> {
             pass.draw_indexed(0..6, 0, 0..1);
         }
         if f == FRAMES - 1 {
-            encoder.copy_texture_to_buffer(
-                target.as_image_copy(),
-                wgpu::TexelCopyBufferInfo {
-                    buffer: staging.buffer(),
-                    layout: wgpu::TexelCopyBufferLayout {
-                        offset: staging.offset(),
-                        bytes_per_row: Some(SIZE * 4),
-                        rows_per_image: Some(SIZE),
-                    },
-                },
-                wgpu::Extent3d {
-                    width: SIZE,
-                    height: SIZE,
-                    depth_or_array_layers: 1,
-                },
-            );
+            quad.copy_out(&mut encoder, &staging, 0);
         }
         drop((group, uniform));
         pool.submit([encoder.finish()]);

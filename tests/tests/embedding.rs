@@ -846,3 +846,86 @@ fn a_frame_loop_following_its_plan_reaches_the_engine_in_order() {
     }
     assert!(next.stats().counters.front_hits > 0);
 }
+
+#[path = "../../core/examples/common/quad.rs"]
+mod quad;
+
+#[test]
+fn a_render_pass_draws_from_pool_vertices_indices_and_per_draw_uniforms_every_frame() {
+    // The render-pass layout of real wgpu code (web/tests/in_browser.rs has
+    // the same case in the browser): a vertex and an index block and, each
+    // frame, two uniforms (one per draw), each allocated, written with
+    // `queue.write_buffer`, bound and dropped before the frame is submitted,
+    // the first before the second is allocated; all four read-only uses of
+    // one buffer in one pass. Every frame's image is copied out: a uniform
+    // whose bytes the next allocation's `write_buffer` overwrote before the
+    // submit shows as the wrong colour in its frame.
+    const FRAMES: u32 = 8;
+    const WIDTH: u32 = 64;
+    for reuse in [vrampool::Reuse::AfterSubmit, vrampool::Reuse::Immediate] {
+        let (device, queue, _) = device();
+        let options = PoolOptions {
+            reuse,
+            ..PoolOptions::default()
+        };
+        let pool = Pool::new(device, queue, options).unwrap();
+        let device = pool.device().clone();
+        let vertices = pool.alloc(AllocDesc::vertex(32)).unwrap();
+        let indices = pool.alloc(AllocDesc::index(12)).unwrap();
+        let (corners, idx) = quad::mesh();
+        let q = pool.queue();
+        q.write_buffer(vertices.buffer(), vertices.offset(), &corners);
+        q.write_buffer(indices.buffer(), indices.offset(), &idx);
+        let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let quad = quad::Quad::new(&device, WIDTH, 1);
+        let frames = pool
+            .alloc(AllocDesc::readback(u64::from(FRAMES * WIDTH * 4)))
+            .unwrap();
+        let mut shared = 0;
+        let mut device_allocs_after_frame_2 = 0;
+        for f in 0..FRAMES {
+            let mut groups = Vec::new();
+            for right in [false, true] {
+                let uniform = pool.alloc(AllocDesc::uniform(quad::UNIFORM_SIZE)).unwrap();
+                shared += usize::from(uniform.buffer() == vertices.buffer());
+                let c = quad::frame_colour(f, right).map(|x| f32::from(x) / 255.0);
+                let dx = if right { 1.0 } else { 0.0 };
+                q.write_buffer(uniform.buffer(), uniform.offset(), &quad::uniform(c, dx));
+                groups.push(quad.bind(&device, &uniform));
+                drop(uniform);
+            }
+            let offset = u64::from(f * WIDTH * 4);
+            quad::draw_frame(&quad, &pool, &vertices, &indices, &groups, &frames, offset);
+            if f == 1 {
+                device_allocs_after_frame_2 = pool.stats().counters.device_allocs;
+            }
+        }
+        let error = pollster::block_on(scope.pop());
+        assert!(error.is_none(), "wgpu refused a frame: {error:?}");
+        assert!(
+            vertices.buffer() == indices.buffer() && shared == 2 * FRAMES as usize,
+            "the vertex, index and uniform blocks share one buffer ({shared} uniforms did)"
+        );
+        frames
+            .slice()
+            .map_async(wgpu::MapMode::Read, |r| r.expect("map"));
+        device.poll(wgpu::PollType::wait_indefinitely()).unwrap();
+        let pixels = frames.slice().get_mapped_range().unwrap().to_vec();
+        let checked = std::panic::catch_unwind(|| quad::check_frames(&pixels, FRAMES, WIDTH));
+        match reuse {
+            vrampool::Reuse::AfterSubmit => {
+                if let Err(e) = checked {
+                    std::panic::resume_unwind(e);
+                }
+                assert_eq!(
+                    pool.stats().counters.device_allocs,
+                    device_allocs_after_frame_2,
+                    "each frame's uniforms reuse the frame before's bytes"
+                );
+            }
+            // The control: a pool told the caller submits before it drops
+            // (PyTorch's model) hands the first uniform's bytes to the second.
+            _ => assert!(checked.is_err(), "the check caught no overwritten uniform"),
+        }
+    }
+}

@@ -10,6 +10,9 @@
 use vrampool::{AllocDesc, Config, Error, Limit, Pool, PoolOptions};
 use wasm_bindgen_test::*;
 
+#[path = "../../core/examples/common/quad.rs"]
+mod quad;
+
 wasm_bindgen_test_configure!(run_in_browser);
 
 async fn pool(limit: Option<u64>) -> Pool {
@@ -342,4 +345,87 @@ async fn a_device_refusal_in_the_browser_takes_the_ladder_and_changes_no_figure(
     // checks natively): no miss counted, no pool shown, no peak moved.
     assert_eq!(after, vrampool::fault::stats_after_refusal(&before, &after));
     p.check_invariants().unwrap();
+}
+
+#[wasm_bindgen_test]
+async fn a_render_pass_draws_from_pool_vertices_indices_and_per_draw_uniforms_every_frame() {
+    // The render-pass layout of real wgpu code: a vertex and an index block
+    // and, each frame, two uniforms (one per draw), each allocated, written
+    // with `queue.write_buffer`, bound and dropped before the frame is
+    // submitted; the first is dropped before the second is allocated. In one
+    // pass the four are read-only uses of one buffer. Every frame's image is
+    // copied out, so a uniform whose bytes the next allocation's
+    // `write_buffer` overwrote before the submit shows as the wrong colour in
+    // its frame (with `Reuse::Immediate` the first draw is drawn with the
+    // second's uniform, and the left half stays black).
+    const FRAMES: u32 = 8;
+    const WIDTH: u32 = 64; // one 256-byte row of RGBA8
+    let p = pool(None).await;
+    let device = p.device().clone();
+    let vertices = p.alloc_async(AllocDesc::vertex(32)).await.unwrap();
+    let indices = p.alloc_async(AllocDesc::index(12)).await.unwrap();
+    let (corners, idx) = quad::mesh();
+    p.queue()
+        .write_buffer(vertices.buffer(), vertices.offset(), &corners);
+    p.queue()
+        .write_buffer(indices.buffer(), indices.offset(), &idx);
+    let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
+    let quad = quad::Quad::new(&device, WIDTH, 1);
+    let frames = p
+        .alloc_async(AllocDesc::readback(u64::from(FRAMES * WIDTH * 4)))
+        .await
+        .unwrap();
+    let mut shared = 0;
+    let mut device_allocs_after_frame_2 = 0;
+    for f in 0..FRAMES {
+        let mut groups = Vec::new();
+        for right in [false, true] {
+            let uniform = p
+                .alloc_async(AllocDesc::uniform(quad::UNIFORM_SIZE))
+                .await
+                .unwrap();
+            shared += usize::from(uniform.buffer() == vertices.buffer());
+            let (c, dx) = (quad::frame_colour(f, right), if right { 1.0 } else { 0.0 });
+            p.queue().write_buffer(
+                uniform.buffer(),
+                uniform.offset(),
+                &quad::uniform(c.map(|x| f32::from(x) / 255.0), dx),
+            );
+            groups.push(quad.bind(&device, &uniform));
+            // Dropped before the submit, and before the next one is allocated.
+            drop(uniform);
+        }
+        quad::draw_frame(
+            &quad,
+            &p,
+            &vertices,
+            &indices,
+            &groups,
+            &frames,
+            u64::from(f * WIDTH * 4),
+        );
+        if f == 1 {
+            device_allocs_after_frame_2 = p.stats().counters.device_allocs;
+        }
+    }
+    let error = scope.pop().await;
+    assert!(error.is_none(), "WebGPU refused a frame: {error:?}");
+    assert!(
+        vertices.buffer() == indices.buffer() && shared == 2 * FRAMES as usize,
+        "the vertex, index and uniform blocks share one buffer ({shared} of {} uniforms did)",
+        2 * FRAMES
+    );
+    let slice = frames.slice();
+    let (tx, rx) = futures_channel::oneshot::channel();
+    slice.map_async(wgpu::MapMode::Read, move |r| {
+        let _ = tx.send(r);
+    });
+    rx.await.unwrap().unwrap();
+    let pixels = slice.get_mapped_range().unwrap().to_vec();
+    quad::check_frames(&pixels, FRAMES, WIDTH);
+    assert_eq!(
+        p.stats().counters.device_allocs,
+        device_allocs_after_frame_2,
+        "each frame's uniforms reuse the frame before's bytes: no segment after frame 2"
+    );
 }
