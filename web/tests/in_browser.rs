@@ -4,7 +4,9 @@
 //! and retrying under a budget, `map_async` without `poll` — exist only in the
 //! browser. The embedding cases (a uniform, a read-only input and a
 //! read-write output in one dispatch; a temporary dropped before its encoder
-//! is submitted) are checked here as tests/tests/embedding.rs checks them natively.
+//! is submitted; a render pass drawing from pool vertices, indices and
+//! per-draw uniforms) are checked here as tests/tests/embedding.rs checks
+//! them natively.
 #![cfg(target_arch = "wasm32")]
 
 use vrampool::{AllocDesc, Config, Error, Limit, Pool, PoolOptions};
