@@ -574,15 +574,17 @@ fn a_device_lost_observer_may_read_the_pool_and_is_called_once() {
 
 #[test]
 fn empty_cache_gives_back_a_segment_a_callback_emptied_during_it() {
-    // empty_cache polls twice: as it releases (with the lock held; only when
-    // it released something) and as it waits for the device after. A map
+    // empty_cache first polls as it releases (with the lock held; only when
+    // it released something), then as it waits for the device. A map
     // callback run by either drops the last block of a segment: that segment
     // is given back too before empty_cache returns, as it would have been
-    // had the block been dropped a moment before the call.
-    for release_first in [true, false] {
-        let pool = pool(Reuse::Immediate);
+    // had the block been dropped a moment before the call. With the front
+    // cache the drop parks the block there, for the next round to hand back.
+    for (release_first, front_cache) in [(true, false), (false, false), (true, true), (false, true)]
+    {
+        let pool = pool_with(Config::default(), Reuse::Immediate, front_cache);
         let p = Arc::clone(&pool);
-        let (ran, left) = finishes("a drop during empty_cache", move || {
+        let (ran, left, figure) = finishes("a drop during empty_cache", move || {
             if release_first {
                 // A cached segment of its own usage, for the first poll.
                 drop(p.alloc(AllocDesc::uniform(256)).unwrap());
@@ -594,7 +596,8 @@ fn empty_cache_gives_back_a_segment_a_callback_emptied_during_it() {
                 drop(victim);
                 r.store(true, Ordering::SeqCst);
             });
-            p.empty_cache();
+            let released = p.empty_cache();
+            let figure = (released, p.stats().counters.last_empty_cache_bytes);
             let left: Vec<_> = p
                 .snapshot()
                 .segments
@@ -607,12 +610,16 @@ fn empty_cache_gives_back_a_segment_a_callback_emptied_during_it() {
                 .map(|s| s.label)
                 .collect();
             drop(staging);
-            (ran.load(Ordering::SeqCst), left)
+            (ran.load(Ordering::SeqCst), left, figure)
         });
         assert!(ran, "the callback did not run inside empty_cache");
         assert!(
             left.is_empty(),
-            "with a release first: {release_first}; segments with no live block left after empty_cache: {left:?}"
+            "with a release first: {release_first}, front cache: {front_cache}; segments with no live block left after empty_cache: {left:?}"
+        );
+        assert_eq!(
+            figure.0, figure.1,
+            "empty_cache's return and its figure in the counters"
         );
         pool.check_invariants().unwrap();
     }

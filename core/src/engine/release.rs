@@ -203,14 +203,17 @@ impl<B: Backend> Engine<B> {
         released
     }
 
-    /// The rest of the same [`Engine::empty_cache`]: releases what became
-    /// releasable since (blocks freed while it ran, by a callback its
-    /// release's poll fired or by another thread), counted in its bytes.
-    /// Returns the bytes released now.
+    /// The rest of the same [`Engine::empty_cache`], which has released
+    /// `so_far` bytes: releases what became releasable since (blocks freed
+    /// while it ran, by a callback its release's poll fired or by another
+    /// thread); the call's figure becomes the sum. Returns the bytes
+    /// released now.
     #[cfg(feature = "wgpu")]
-    pub(crate) fn empty_cache_continued(&mut self) -> u64 {
+    pub(crate) fn empty_cache_continued(&mut self, so_far: u64) -> u64 {
         let released = self.release(u64::MAX);
-        self.counters.last_empty_cache_bytes += released;
+        if released > 0 {
+            self.counters.last_empty_cache_bytes = so_far + released;
+        }
         released
     }
 }

@@ -910,10 +910,10 @@ impl Pool {
     /// Releases every cached segment that holds no live block and waits for the
     /// device to really free them (`torch.cuda.empty_cache()`). Segments that
     /// hold pending blocks are released too: wgpu keeps such a buffer for the
-    /// commands that still use it and frees it after them. A block a wgpu
-    /// callback frees while it runs (a `map_async` or `on_submitted_work_done`
-    /// callback its polls fire) is given back too. Returns the bytes
-    /// released.
+    /// commands that still use it and frees it after them. A segment whose
+    /// last block a wgpu callback frees while it runs (a `map_async` or
+    /// `on_submitted_work_done` callback its polls fire) is given back too,
+    /// for up to three rounds of such frees. Returns the bytes released.
     pub fn empty_cache(&self) -> u64 {
         let mut released = {
             let mut engine = self.inner.engine_synced();
@@ -926,7 +926,7 @@ impl Pool {
         // segment: that segment goes too, as if freed just before the call.
         for _ in 0..EMPTY_CACHE_ROUNDS {
             let _ = self.inner.device.poll(wgpu::PollType::wait_indefinitely());
-            let more = self.inner.engine_synced().empty_cache_continued();
+            let more = self.inner.engine_synced().empty_cache_continued(released);
             if more == 0 {
                 return released;
             }
