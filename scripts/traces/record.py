@@ -19,7 +19,8 @@ Usage (on a machine with a CUDA GPU):
     PYTHONUNBUFFERED=1 python3 scripts/traces/record.py [--out data/traces] [--jobs 4] [names...]
     python3 scripts/traces/record.py --smoke [names...]   # CPU, tiny sizes, no recording
 Writes <out>/<name>.csv.gz (<out>/heldout/<name>.csv.gz for the held-out workloads
-t5_seq2seq, gan_train, serve_varbatch, segment_train, moe_train, tiny_gpt) and <out>/recording.json (the real-run figures;
+t5_seq2seq, gan_train, serve_varbatch, segment_train, moe_train, tiny_gpt, lora_finetune,
+video_train, gnn_train) and <out>/recording.json (the real-run figures;
 entries for workloads not run this time are kept). WORKLOAD_ENV below gives the few environment
 variables a workload's process is started with.
 """
@@ -943,6 +944,146 @@ def wl_tiny_gpt(dev, smoke):
                 optimizer="AdamW", params=sum(p.numel() for p in model.parameters()))
 
 
+def wl_lora_finetune(dev, smoke):
+    """LLaMA-shaped decoder (transformers LlamaForCausalLM from LlamaConfig: 16 layers, hidden
+    1024, 16 heads with 8 KV heads, intermediate size 2816, vocab 32000, random weights) moved
+    to the GPU in bf16 and frozen, with LoRA adapters written here (rank 16, alpha 32, fp32,
+    A random and B zero) on every attention q, k, v and o projection; causal-LM fine-tune of
+    the adapters alone with AdamW (lr 2e-4): 24 steps at batch 4, each step its own sequence
+    length (uniform in [128, 1536])."""
+    torch = _torch()
+    nn = torch.nn
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    if smoke:
+        cfg = dict(vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                   num_attention_heads=4, num_key_value_heads=2)
+        B, steps, lens = 2, 2, (16, 32)
+    else:
+        cfg = dict(vocab_size=32000, hidden_size=1024, intermediate_size=2816,
+                   num_hidden_layers=16, num_attention_heads=16, num_key_value_heads=8)
+        B, steps, lens = 4, 24, (128, 1536)
+    rank, alpha = 16, 32
+
+    class LoRA(nn.Module):
+        def __init__(self, base):
+            super().__init__()
+            self.base = base
+            self.a = nn.Parameter(torch.randn(rank, base.in_features, device=dev) * 0.01)
+            self.b = nn.Parameter(torch.zeros(base.out_features, rank, device=dev))
+
+        def forward(self, x):
+            low = (x.float() @ self.a.t()) @ self.b.t()
+            return self.base(x) + (low * (alpha / rank)).to(x.dtype)
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(max_position_embeddings=2048, **cfg))
+    model = model.to(dev, dtype=torch.bfloat16)
+    model.requires_grad_(False)
+    for layer in model.model.layers:
+        att = layer.self_attn
+        for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
+            setattr(att, name, LoRA(getattr(att, name)))
+    adapters = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(adapters, lr=2e-4)
+    model.train()
+    rng = random.Random(0)
+    g = torch.Generator().manual_seed(0)
+    lengths = []
+    for _ in range(steps):
+        S = rng.randint(*lens)
+        lengths.append(S)
+        ids = torch.randint(0, cfg["vocab_size"], (B, S), generator=g).to(dev)
+        loss = model(input_ids=ids, labels=ids, use_cache=False).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    float(loss)
+    return dict(batch=B, steps=steps, lengths=lengths, config=cfg, lora_rank=rank,
+                lora_alpha=alpha, dtype="bf16 weights, fp32 adapters", optimizer="AdamW",
+                params=sum(p.numel() for p in model.parameters()),
+                trainable=sum(p.numel() for p in adapters))
+
+
+def wl_video_train(dev, smoke):
+    """torchvision r3d_18 (3D ResNet-18, weights=None, 400 classes), fp32, SGD (momentum 0.9,
+    lr 0.01): 12 training steps at batch 8, each on clips of its own length (8, 12 or 16
+    frames, random) at 112 x 112; then 3 inference batches of 16 clips of 16 frames under
+    inference_mode."""
+    torch = _torch()
+    import torchvision
+
+    model = torchvision.models.video.r3d_18(weights=None).to(dev)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    rng = random.Random(0)
+    g = torch.Generator().manual_seed(0)
+    B, steps, frames, side, evals, eval_b = 8, 12, (8, 12, 16), 112, 3, 16
+    if smoke:
+        B, steps, frames, side, evals, eval_b = 2, 2, (4, 8), 32, 1, 2
+    model.train()
+    used = []
+    for _ in range(steps):
+        T = rng.choice(frames)
+        used.append(T)
+        x = torch.randn(B, 3, T, side, side, generator=g).to(dev)
+        y = torch.randint(0, 400, (B,), generator=g).to(dev)
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    float(loss)
+    model.eval()
+    with torch.inference_mode():
+        for _ in range(evals):
+            x = torch.randn(eval_b, 3, max(frames), side, side, generator=g).to(dev)
+            int(model(x).argmax(1).sum())
+    return dict(batch=B, steps=steps, clip_frames=used, side=side, eval_batches=evals,
+                eval_batch=eval_b, dtype="float32", optimizer="SGD momentum",
+                params=sum(p.numel() for p in model.parameters()))
+
+
+def wl_gnn_train(dev, smoke):
+    """A 3-layer graph convolutional network written with torch.index_add_ (mean over each
+    node's in-edges and itself, then Linear; ReLU and dropout 0.5 between layers): node
+    features 128 -> 256 -> 256 -> 16 classes, fp32, Adam (lr 1e-2). 40 steps, each on its own
+    random graph made on the GPU (nodes uniform in [5 000, 150 000], 16 random out-edges per
+    node, random features and labels), full-graph cross-entropy."""
+    torch = _torch()
+    nn = torch.nn
+    F_in, hidden, classes, fanout = 128, 256, 16, 16
+    steps, nodes = (2, (50, 100)) if smoke else (40, (5_000, 150_000))
+    torch.manual_seed(0)
+    lins = nn.ModuleList([nn.Linear(F_in, hidden), nn.Linear(hidden, hidden),
+                          nn.Linear(hidden, classes)]).to(dev)
+    opt = torch.optim.Adam(lins.parameters(), lr=1e-2)
+    rng = random.Random(0)
+    g = torch.Generator(device=dev).manual_seed(0)
+    used = []
+    for _ in range(steps):
+        N = rng.randint(*nodes)
+        used.append(N)
+        E = N * fanout
+        src = torch.randint(0, N, (E,), device=dev, generator=g)
+        dst = torch.randint(0, N, (E,), device=dev, generator=g)
+        x = torch.randn(N, F_in, device=dev, generator=g)
+        y = torch.randint(0, classes, (N,), device=dev, generator=g)
+        deg = torch.ones(N, device=dev).index_add_(0, dst, torch.ones(E, device=dev))
+        h = x
+        for i, lin in enumerate(lins):
+            agg = torch.zeros_like(h).index_add_(0, dst, h[src]) + h
+            h = lin(agg / deg[:, None])
+            if i < len(lins) - 1:
+                h = nn.functional.dropout(torch.relu(h), 0.5, training=True)
+        loss = nn.functional.cross_entropy(h, y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    float(loss)
+    return dict(steps=steps, nodes=used, fanout=fanout, features=F_in, hidden=hidden,
+                classes=classes, dtype="float32", optimizer="Adam",
+                params=sum(p.numel() for p in lins.parameters()))
+
+
 # Extra environment for a workload's process. The two small loops run with small cuBLAS /
 # cuBLASLt workspaces (4 MiB each; PyTorch's default on an H200 is 32 MiB each, allocated
 # through the caching allocator at the first matmul and kept to the end), so that the
@@ -972,6 +1113,9 @@ WORKLOADS = {
     "segment_train": wl_segment_train,
     "moe_train": wl_moe_train,
     "tiny_gpt": wl_tiny_gpt,
+    "lora_finetune": wl_lora_finetune,
+    "video_train": wl_video_train,
+    "gnn_train": wl_gnn_train,
 }
 
 # The held-out set: recorded after vrampool's default policy constants were chosen on the
@@ -980,7 +1124,10 @@ WORKLOADS = {
 # entries in <out>/recording.json have "held_out": true.
 # The second three (segment_train, moe_train, tiny_gpt) were added on 2026-12-01, after
 # every tuning decision up to then, on workloads whose shapes the first eighteen lack.
-HELD_OUT = ("t5_seq2seq", "gan_train", "serve_varbatch", "segment_train", "moe_train", "tiny_gpt")
+# The third three (lora_finetune, video_train, gnn_train) on 2026-12-04, after every
+# tuning decision up to then (the default policy of 143164c), likewise.
+HELD_OUT = ("t5_seq2seq", "gan_train", "serve_varbatch", "segment_train", "moe_train", "tiny_gpt",
+            "lora_finetune", "video_train", "gnn_train")
 
 
 def trace_path(out_dir, name):
