@@ -284,9 +284,15 @@ const GAPS: &[(&str, u64, &str)] = &[
     ("varlen_batches", 1, "RB"),
     ("vit_finetune", 1, "B"),
     // Held out (data/traces/heldout; segment_train and tiny_gpt are of the
-    // second held-out set, recorded on 2026-12-01).
+    // second held-out set, recorded on 2026-12-01; gnn_train, lora_finetune
+    // and video_train of the third, recorded on 2026-12-04).
     ("gan_train", 1, "RAB"),
     ("gan_train", 16, "R"),
+    ("gnn_train", 1, "R"),
+    ("gnn_train", 16, "R"),
+    ("gnn_train", 64, "R"),
+    ("lora_finetune", 1, "R"),
+    ("lora_finetune", 16, "R"),
     ("segment_train", 1, "RB"),
     ("segment_train", 16, "R"),
     ("segment_train", 64, "R"),
@@ -294,6 +300,9 @@ const GAPS: &[(&str, u64, &str)] = &[
     ("t5_seq2seq", 64, "R"),
     ("tiny_gpt", 1, "AB"),
     ("tiny_gpt", 16, "R"),
+    ("video_train", 1, "RAB"),
+    ("video_train", 16, "R"),
+    ("video_train", 64, "R"),
 ];
 
 #[test]
