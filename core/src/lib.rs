@@ -13,7 +13,9 @@
 //!   replayed on any machine;
 //! - the **binding** ([`Pool`], feature `wgpu`, on by default): a thin layer over
 //!   `wgpu::Device` whose handles ([`PoolBuffer`]) give a buffer range and return
-//!   it to the pool on drop.
+//!   it to the pool on drop. Natively [`Pool::alloc`] returns at once; in the
+//!   browser, where WebGPU reports a refused buffer asynchronously, allocations
+//!   are [`Pool::alloc_async`] (which exists natively too).
 //!
 //! ```
 //! use vrampool::{Config, Engine, Limit, Request, SimulatedDevice};
