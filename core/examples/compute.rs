@@ -6,7 +6,7 @@
 //! cargo run -p vrampool --example compute      # WGPU_BACKEND=gl picks OpenGL
 //! ```
 
-use vrampool::{AllocDesc, Pool, PoolOptions};
+use vrampool::{AllocDesc, BindingUse as Use, BlockUse, Pool, PoolOptions};
 
 #[path = "common/mod.rs"]
 mod common;
@@ -62,24 +62,18 @@ fn run() -> Result<Vec<f32>, Box<dyn std::error::Error>> {
         compilation_options: Default::default(),
         cache: None,
     });
-    let group = device.create_bind_group(&wgpu::BindGroupDescriptor {
-        label: Some("scale"),
-        layout: &pipeline.get_bind_group_layout(0),
-        entries: &[
-            wgpu::BindGroupEntry {
-                binding: 0,
-                resource: params.binding(),
-            },
-            wgpu::BindGroupEntry {
-                binding: 1,
-                resource: input.binding(),
-            },
-            wgpu::BindGroupEntry {
-                binding: 2,
-                resource: output.binding(),
-            },
+    // A bind group of pool blocks, each with how the shader binds it: the
+    // pool checks the pass's usage rule before wgpu sees it (an error that
+    // names both blocks, instead of wgpu's validation panic).
+    let group = pool.create_bind_group(
+        Some("scale"),
+        &pipeline.get_bind_group_layout(0),
+        &[
+            (0, BlockUse::new(&params, Use::Uniform)),
+            (1, BlockUse::new(&input, Use::StorageRead)),
+            (2, BlockUse::new(&output, Use::StorageReadWrite)),
         ],
-    });
+    )?;
     let mut encoder = device.create_command_encoder(&Default::default());
     {
         let mut pass = encoder.begin_compute_pass(&Default::default());
@@ -94,8 +88,11 @@ fn run() -> Result<Vec<f32>, Box<dyn std::error::Error>> {
         staging.offset(),
         bytes,
     );
+    // The input is not needed after this dispatch: dropped before the submit,
+    // its block is pending (a recorded pass still reads it), not reused yet.
+    drop((group, input));
     // Submitting through the pool tells it the commands are submitted: blocks
-    // dropped before this call become reusable (none here).
+    // dropped before this call (the input) become reusable.
     pool.submit([encoder.finish()]);
 
     let result: Vec<f32> = common::read(&pool, &staging)
