@@ -36,22 +36,63 @@ type ScopeFuture = std::pin::Pin<Box<dyn std::future::Future<Output = Option<wgp
 #[cfg(target_arch = "wasm32")]
 type ScopeFuture = std::pin::Pin<Box<dyn std::future::Future<Output = Option<wgpu::Error>>>>;
 
-/// The device's answer on a new segment, not yet known: its two error
-/// scopes, which resolve at once natively and asynchronously in the browser.
-pub(super) struct PendingCheck {
-    oom: ScopeFuture,
-    validation: ScopeFuture,
-    /// The fault injector counted the segment as held.
-    counted: bool,
+/// A new segment whose device answer is not known yet: the buffer, its two
+/// error scopes (which resolve at once natively and asynchronously in the
+/// browser) and the fault injector's count of its bytes. Until the answer
+/// says it may be kept, it is the pool's to give back: dropped (a refusal,
+/// or an `alloc_async` future dropped while it waited), the buffer is
+/// destroyed at once — in the browser dropping a `wgpu::Buffer` would leave
+/// its memory to the page's garbage collector — and the count given back.
+pub(super) struct PendingSegment {
+    buffer: Option<wgpu::Buffer>,
+    oom: Option<ScopeFuture>,
+    validation: Option<ScopeFuture>,
+    /// The bytes the fault injector counted as held; nothing when no fault
+    /// injector is set, or when it refused the segment itself.
+    counted: Option<(Faults, u64)>,
 }
 
-impl PendingCheck {
-    /// What the device said of the segment, and whether the fault injector
-    /// counted it (to be given back with [`WgpuBackend::discard`] if refused).
-    pub(super) async fn outcome(self) -> (Result<(), DeviceError>, bool) {
-        let oom = self.oom.await;
-        let validation = self.validation.await;
-        (classify(oom, validation), self.counted)
+impl PendingSegment {
+    /// The segment, once the device says it is good: the engine's from
+    /// then on (its bytes stay counted until it is destroyed or abandoned).
+    /// A refused one is given back here.
+    pub(super) async fn outcome(mut self) -> Result<wgpu::Buffer, DeviceError> {
+        let oom = match self.oom.take() {
+            Some(scope) => scope.await,
+            None => None,
+        };
+        let validation = match self.validation.take() {
+            Some(scope) => scope.await,
+            None => None,
+        };
+        classify(oom, validation)?;
+        Ok(self.keep())
+    }
+
+    /// The segment, taken without its answer (the browser's synchronous
+    /// path, which cannot wait for it).
+    #[cfg(target_arch = "wasm32")]
+    fn unchecked(self) -> wgpu::Buffer {
+        self.keep()
+    }
+
+    fn keep(mut self) -> wgpu::Buffer {
+        self.counted = None;
+        self.buffer
+            .take()
+            .expect("a pending segment holds its buffer")
+    }
+}
+
+impl Drop for PendingSegment {
+    fn drop(&mut self) {
+        if let Some(buffer) = self.buffer.take() {
+            // Nothing has used it: no handle to it was given out.
+            shielded(|| buffer.destroy());
+        }
+        if let Some((faults, size)) = self.counted.take() {
+            faults.on_release(size);
+        }
     }
 }
 
@@ -141,12 +182,12 @@ impl WgpuBackend {
     }
 
     /// Creates a segment inside its error scopes without waiting for them:
-    /// the buffer, and the check to await before handing any of it out.
+    /// the segment, to await before handing any of it out.
     /// Polls first, so no segment is made on a device known to be lost.
     pub(super) fn begin_create(
         &self,
         desc: &SegmentDesc<'_>,
-    ) -> Result<(wgpu::Buffer, PendingCheck), DeviceError> {
+    ) -> Result<PendingSegment, DeviceError> {
         // A destroyed device reports its loss from its next poll; poll here,
         // on the slow path, so a new segment is never made on a lost device.
         #[cfg(not(target_arch = "wasm32"))]
@@ -189,20 +230,16 @@ impl WgpuBackend {
             ),
             None => (oom, validation),
         };
-        let check = PendingCheck {
-            oom,
-            validation,
-            counted: injected == Some(None),
+        let counted = match (&self.faults, injected) {
+            (Some(faults), Some(None)) => Some((faults.clone(), desc.size)),
+            _ => None,
         };
-        Ok((buffer, check))
-    }
-
-    /// Gives back a buffer whose check refused it.
-    pub(super) fn discard(&self, buffer: wgpu::Buffer, counted: bool) {
-        if counted && let Some(f) = &self.faults {
-            f.on_release(buffer.size());
-        }
-        shielded(|| buffer.destroy());
+        Ok(PendingSegment {
+            buffer: Some(buffer),
+            oom: Some(oom),
+            validation: Some(validation),
+            counted,
+        })
     }
 
     /// Why the device was lost, once its lost callback has run.
@@ -283,24 +320,17 @@ impl Backend for WgpuBackend {
     type Segment = wgpu::Buffer;
 
     fn create_segment(&mut self, desc: &SegmentDesc<'_>) -> Result<wgpu::Buffer, DeviceError> {
-        let (buffer, check) = self.begin_create(desc)?;
+        let pending = self.begin_create(desc)?;
         // Natively the scopes have resolved already. In the browser they
         // resolve later: Pool::alloc_async awaits them instead, and only the
         // preallocation (made synchronously) is taken unchecked there.
         #[cfg(not(target_arch = "wasm32"))]
         {
-            match pollster::block_on(check.outcome()) {
-                (Ok(()), _) => Ok(buffer),
-                (Err(refusal), counted) => {
-                    self.discard(buffer, counted);
-                    Err(refusal)
-                }
-            }
+            pollster::block_on(pending.outcome())
         }
         #[cfg(target_arch = "wasm32")]
         {
-            drop(check);
-            Ok(buffer)
+            Ok(pending.unchecked())
         }
     }
 

@@ -774,8 +774,8 @@ impl Pool {
                 .engine()
                 .backend()
                 .begin_create(&plan.get().desc());
-            let (buffer, check) = match begun {
-                Ok(created) => created,
+            let pending = match begun {
+                Ok(pending) => pending,
                 Err(refusal) => {
                     let mut engine = self.inner.engine();
                     let next = engine.refused(plan.take(), refusal)?;
@@ -783,15 +783,17 @@ impl Pool {
                     continue;
                 }
             };
-            let (outcome, counted) = check.outcome().await;
+            // Dropping this future while it waits gives the segment back: the
+            // buffer and the fault injector's count (the pending segment's),
+            // the plan's bytes against the limit (the plan guard's).
+            let outcome = pending.outcome().await;
             let mut engine = self.inner.engine();
             match outcome {
-                Ok(()) => {
+                Ok(buffer) => {
                     let a = engine.commit(plan.take(), buffer);
                     return Ok((engine, a));
                 }
                 Err(refusal) => {
-                    engine.backend().discard(buffer, counted);
                     let next = engine.refused(plan.take(), refusal)?;
                     plan.put(next);
                 }
