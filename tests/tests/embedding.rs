@@ -889,9 +889,11 @@ fn a_render_pass_draws_from_pool_vertices_indices_and_per_draw_uniforms_every_fr
                 let uniform = pool.alloc(AllocDesc::uniform(quad::UNIFORM_SIZE)).unwrap();
                 shared += usize::from(uniform.buffer() == vertices.buffer());
                 places.insert(uniform.offset());
-                let c = quad::frame_colour(f, right).map(|x| f32::from(x) / 255.0);
-                let dx = if right { 1.0 } else { 0.0 };
-                q.write_buffer(uniform.buffer(), uniform.offset(), &quad::uniform(c, dx));
+                q.write_buffer(
+                    uniform.buffer(),
+                    uniform.offset(),
+                    &quad::frame_uniform(f, right),
+                );
                 groups.push(quad.bind(&device, &uniform));
                 drop(uniform);
             }

@@ -162,16 +162,25 @@ impl Quad {
     }
 }
 
-/// The render-pass tests' colour of the left (or right) draw of frame `f`,
-/// exact in 8 bits and different in every frame up to the eighth.
+/// The render-pass tests' colour of the left (or right) draw of frame `f`
+/// (0 to 7), exact in 8 bits and different in every frame.
 #[allow(dead_code)] // the example draws one colour per frame
 pub fn frame_colour(f: u32, right: bool) -> [u8; 4] {
+    assert!(f < 8, "frame_colour has colours for frames 0 to 7, not {f}");
     let (a, b) = (10 + 30 * f as u8, 240 - 30 * f as u8);
     if right {
         [b, 60, a, 255]
     } else {
         [a, 200, b, 255]
     }
+}
+
+/// The uniform bytes of frame `f`'s left (or right) draw: its
+/// [`frame_colour`], on that half.
+#[allow(dead_code)] // the example draws one colour per frame
+pub fn frame_uniform(f: u32, right: bool) -> Vec<u8> {
+    let colour = frame_colour(f, right).map(|x| f32::from(x) / 255.0);
+    uniform(colour, if right { 1.0 } else { 0.0 })
 }
 
 /// Checks that every frame of `pixels` (rows of `width` RGBA8 pixels, one

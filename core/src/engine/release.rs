@@ -211,9 +211,7 @@ impl<B: Backend> Engine<B> {
     #[cfg(feature = "wgpu")]
     pub(crate) fn empty_cache_continued(&mut self, so_far: u64) -> u64 {
         let released = self.release(u64::MAX);
-        if released > 0 {
-            self.counters.last_empty_cache_bytes = so_far + released;
-        }
+        self.counters.last_empty_cache_bytes = so_far + released;
         released
     }
 }
