@@ -588,6 +588,9 @@ try {
   const figures = { adapter, wasm_bytes: wasm.length, wasm_gzip_bytes: gzipSync(wasm, { level: 9 }).length, replay: frames };
   writeFileSync(join(out, 'figures.json'), JSON.stringify(figures, null, 2));
   step(`figures: ${JSON.stringify(figures)}`);
+  // The standing target: the page's wasm at most 400 KB gzipped (1 KB = 1000 B).
+  assert.ok(figures.wasm_gzip_bytes <= 400_000,
+    `the page's wasm is ${figures.wasm_gzip_bytes} B gzipped, above the 400 KB target (cargo xtask size; web/Cargo.toml's features and the wasm-release profile)`);
   if (process.env.UPDATE_SCREENSHOT) copyFileSync(join(out, 'page-compare.png'), join(root, 'web', 'screenshot.png'));
   step('passed');
 } catch (e) {
