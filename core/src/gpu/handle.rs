@@ -14,6 +14,35 @@ use super::lock::DeferredFree;
 use super::pool::Inner;
 
 /// A block of a pool segment: the buffer, the range, and how to bind it.
+///
+/// ```
+/// # let (device, queue) = vrampool::example_device()?;
+/// use vrampool::{AllocDesc, Pool, PoolOptions};
+/// let pool = Pool::new(device, queue, PoolOptions::default())?;
+/// let data = pool.alloc(AllocDesc::storage(1024).read_only().label("data"))?;
+/// let layout = pool.device().create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+///     label: None,
+///     entries: &[wgpu::BindGroupLayoutEntry {
+///         binding: 0,
+///         visibility: wgpu::ShaderStages::COMPUTE,
+///         ty: wgpu::BindingType::Buffer {
+///             ty: wgpu::BufferBindingType::Storage { read_only: true },
+///             has_dynamic_offset: false,
+///             min_binding_size: None,
+///         },
+///         count: None,
+///     }],
+/// });
+/// // The block's range of its segment, not the whole buffer.
+/// let group = pool.device().create_bind_group(&wgpu::BindGroupDescriptor {
+///     label: None,
+///     layout: &layout,
+///     entries: &[wgpu::BindGroupEntry { binding: 0, resource: data.binding() }],
+/// });
+/// pool.queue().write_buffer(data.buffer(), data.offset(), &[1; 1024]);
+/// # let _ = group;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct BufferBlock {
     /// The pool, for a block going back through the engine; `Weak::new()`
     /// once the pool has taken the block back itself.
@@ -142,6 +171,19 @@ impl PoolBuffer {
     }
 
     /// A weak handle that does not keep the block alive (Python's `weakref`).
+    ///
+    /// ```
+    /// # let (device, queue) = vrampool::example_device()?;
+    /// use vrampool::{AllocDesc, Pool, PoolOptions};
+    /// let pool = Pool::new(device, queue, PoolOptions::default())?;
+    /// let activations = pool.alloc(AllocDesc::storage(1 << 20))?;
+    /// let weak = activations.downgrade();
+    /// assert!(weak.upgrade().is_some());
+    /// drop(activations); // `del`: the block goes back to the pool
+    /// assert!(weak.upgrade().is_none());
+    /// assert_eq!(pool.stats().total.allocated_bytes.current, 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn downgrade(&self) -> WeakBuffer {
         WeakBuffer(Arc::downgrade(self.block()))
     }

@@ -65,6 +65,28 @@ pub fn pool_memory_hints() -> wgpu::MemoryHints {
     }
 }
 
+/// A device on the first adapter wgpu finds (`WGPU_BACKEND=vulkan` or `gl`
+/// narrows the search), with WebGPU's default limits: what the examples in
+/// this crate's documentation run on (Mesa lavapipe in CI). Not part of the
+/// API: open your device as your application does.
+#[doc(hidden)]
+#[cfg(not(target_arch = "wasm32"))]
+pub fn example_device()
+-> std::result::Result<(wgpu::Device, wgpu::Queue), Box<dyn std::error::Error>> {
+    let desc = wgpu::InstanceDescriptor::new_without_display_handle();
+    let backends = wgpu::Backends::from_env().unwrap_or(desc.backends);
+    let instance = wgpu::Instance::new(wgpu::InstanceDescriptor { backends, ..desc });
+    let adapter =
+        pollster::block_on(instance.request_adapter(&Default::default())).map_err(|e| {
+            format!(
+                "{e}: the examples need a GPU adapter (Debian: apt-get install mesa-vulkan-drivers)"
+            )
+        })?;
+    Ok(pollster::block_on(
+        adapter.request_device(&Default::default()),
+    )?)
+}
+
 #[cfg(not(target_arch = "wasm32"))]
 const _: () = {
     const fn assert_send_sync<T: Send + Sync>() {}

@@ -136,16 +136,19 @@ impl MovableBlock {
 /// each frame's passes (as a tensor runtime does per dispatch), not once for
 /// the program.
 ///
-/// ```no_run
-/// # fn frame(pool: &vrampool::Pool) -> Result<(), vrampool::Error> {
-/// use vrampool::AllocDesc;
+/// ```
+/// # let (device, queue) = vrampool::example_device()?;
+/// use vrampool::{AllocDesc, Pool, PoolOptions};
+/// let pool = Pool::new(device, queue, PoolOptions::default())?;
 /// let weights = pool.alloc_movable(AllocDesc::storage(64 << 20).read_only())?;
-/// let encoder = pool.device().create_command_encoder(&Default::default());
-/// let at = weights.place(); // pinned from here to the submit below
-/// pool.queue().write_buffer(at.buffer(), at.offset(), &[0u8; 256]);
-/// // ... bind at.binding() in this frame's bind groups, record the passes ...
-/// pool.submit([encoder.finish()]); // from here the pool may move it again
-/// # Ok(()) }
+/// for _frame in 0..3 {
+///     let encoder = pool.device().create_command_encoder(&Default::default());
+///     let at = weights.place(); // pinned from here to the submit below
+///     pool.queue().write_buffer(at.buffer(), at.offset(), &[0u8; 256]);
+///     // ... bind at.binding() in this frame's bind groups, record the passes ...
+///     pool.submit([encoder.finish()]); // from here the pool may move it again
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct MovableBuffer(Arc<MovableBlock>);
 

@@ -369,18 +369,21 @@ impl Drop for Submitting<'_> {
 /// Live handles stay valid: each holds its own reference to its buffer, which
 /// wgpu frees when the last one goes.
 ///
-/// ```no_run
-/// # async fn demo(device: wgpu::Device, queue: wgpu::Queue) -> Result<(), vrampool::Error> {
+/// ```
+/// # let (device, queue) = vrampool::example_device()?;
 /// use vrampool::{AllocDesc, Pool, PoolOptions};
 /// let pool = Pool::new(device, queue, PoolOptions::default())?;
 /// let a = pool.alloc(AllocDesc::storage(1 << 20).label("activations"))?;
-/// // bind a.binding() in a bind group, or use a.slice(..) ...
+/// // bind a.binding() in a bind group, or use a.slice() ...
 /// drop(a); // back to the pool, not to the driver
+/// pool.submit([]); // the commands that used it are submitted: reusable
 /// let b = pool.alloc(AllocDesc::storage(1 << 20).zeroed())?; // cache hit, cleared
+/// assert_eq!(pool.stats().counters.device_allocs, 1);
 /// println!("{}", pool.memory_summary());
 /// drop(b);
 /// let released = pool.empty_cache(); // now the driver gets it back
-/// # Ok(()) }
+/// assert_eq!((released, pool.stats().total.reserved_bytes.current), (1 << 20, 0));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct Pool {
     inner: Arc<Inner>,
@@ -519,15 +522,21 @@ impl Pool {
     /// is). The pool holds the device's one lost callback (see
     /// [`WgpuBackend::new`]); register here instead.
     ///
-    /// ```no_run
-    /// # fn demo(pool: &vrampool::Pool) {
-    /// use vrampool::{AllocDesc, Error};
+    /// ```
+    /// # let (device, queue) = vrampool::example_device()?;
+    /// use vrampool::{AllocDesc, Error, Pool, PoolOptions};
+    /// let pool = Pool::new(device, queue, PoolOptions::default())?;
+    /// let held = pool.alloc(AllocDesc::storage(1 << 20))?;
     /// pool.on_device_lost(|why| eprintln!("GPU gone: {why}"));
+    /// pool.device().destroy(); // what a driver reset or a lost GPU does
     /// match pool.alloc(AllocDesc::storage(1 << 20)) {
     ///     Err(Error::DeviceLost(_)) => { /* make a new device and a new pool */ }
-    ///     _ => { /* a buffer, or another error */ }
+    ///     other => panic!("expected DeviceLost, got {other:?}"),
     /// }
-    /// # }
+    /// assert!(pool.device_lost().is_some());
+    /// drop(held); // frees and figures still work
+    /// assert_eq!(pool.stats().total.allocated_bytes.current, 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn on_device_lost(&self, f: impl Fn(&str) + Send + Sync + 'static) {
         self.inner.lost.observe(Arc::new(f));
@@ -598,6 +607,22 @@ impl Pool {
     /// only where that makes room), calls the OOM
     /// observers and returns [`Error::OutOfMemory`]; it never hands out an
     /// invalid buffer.
+    ///
+    /// ```
+    /// # let (device, queue) = vrampool::example_device()?;
+    /// use vrampool::{AllocDesc, Error, Pool, PoolOptions};
+    /// let pool = Pool::new(device, queue, PoolOptions::default())?;
+    /// let params = pool.alloc(AllocDesc::uniform(16).label("params"))?;
+    /// // A range of a buffer the pool may share: write and bind it at its offset.
+    /// pool.queue().write_buffer(params.buffer(), params.offset(), &[0; 16]);
+    /// assert_eq!(params.range(), params.offset()..params.offset() + 16);
+    /// // What no buffer can hold is an error that says so, never an invalid buffer.
+    /// match pool.alloc(AllocDesc::storage(1 << 40)) {
+    ///     Err(e @ Error::TooLarge { .. }) => println!("{e}"),
+    ///     other => panic!("expected TooLarge, got {other:?}"),
+    /// }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     #[cfg(not(target_arch = "wasm32"))]
     pub fn alloc(&self, desc: AllocDesc<'_>) -> Result<PoolBuffer> {
         if let Some(hit) = self.front_hit(&desc) {
@@ -637,12 +662,17 @@ impl Pool {
     /// could never move (a mappable usage, a buffer of its own) is refused
     /// with [`Error::InvalidUsage`].
     ///
-    /// ```no_run
-    /// # fn demo(pool: &vrampool::Pool) -> Result<(), vrampool::Error> {
-    /// use vrampool::AllocDesc;
+    /// ```
+    /// # let (device, queue) = vrampool::example_device()?;
+    /// use vrampool::{AllocDesc, Pool, PoolOptions};
+    /// let pool = Pool::new(device, queue, PoolOptions::default())?;
     /// let kv = pool.alloc_movable(AllocDesc::storage(32 << 20).read_write().label("kv"))?;
     /// let place = kv.place(); // where to bind it in this frame's passes
-    /// # let _ = place; Ok(()) }
+    /// assert!(kv.is_pinned()); // it stays there until the pool learns of a submit
+    /// pool.submit([]);
+    /// assert!(!kv.is_pinned());
+    /// # let _ = place;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     #[cfg(not(target_arch = "wasm32"))]
     pub fn alloc_movable(&self, desc: AllocDesc<'_>) -> Result<MovableBuffer> {
@@ -719,6 +749,16 @@ impl Pool {
     /// segment, then just the request, then the same after releasing the
     /// cache), one device answer at a time; a refused segment is destroyed
     /// before any handle to it exists, and changes no figure.
+    ///
+    /// ```
+    /// # let (device, queue) = vrampool::example_device()?;
+    /// use vrampool::{AllocDesc, Pool, PoolOptions};
+    /// let pool = Pool::new(device, queue, PoolOptions::default())?;
+    /// // In the browser, inside wasm_bindgen_futures::spawn_local; natively, any executor.
+    /// let weights = pollster::block_on(pool.alloc_async(AllocDesc::storage(4 << 20).read_only()))?;
+    /// assert_eq!(weights.size(), 4 << 20);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub async fn alloc_async(&self, desc: AllocDesc<'_>) -> Result<PoolBuffer> {
         if let Some(hit) = self.front_hit(&desc) {
             return Ok(hit);
@@ -809,15 +849,20 @@ impl Pool {
     /// be among `command_buffers` or submitted before; an encoder kept
     /// unsubmitted across this call must not use blocks that are dropped.
     ///
-    /// ```no_run
-    /// # fn frame(pool: &vrampool::Pool) -> Result<(), vrampool::Error> {
-    /// use vrampool::AllocDesc;
-    /// let mut encoder = pool.device().create_command_encoder(&Default::default());
+    /// ```
+    /// # let (device, queue) = vrampool::example_device()?;
+    /// use vrampool::{AllocDesc, Pool, PoolOptions};
+    /// let pool = Pool::new(device, queue, PoolOptions::default())?;
+    /// let encoder = pool.device().create_command_encoder(&Default::default());
     /// let tmp = pool.alloc(AllocDesc::storage(1 << 20).read_write())?;
     /// // ... record passes that use `tmp` ...
     /// drop(tmp); // pending: the encoder is not submitted yet
+    /// assert_eq!(pool.stats().total.pending_bytes.current, 1 << 20);
     /// pool.submit([encoder.finish()]); // now its bytes may serve the next request
-    /// # Ok(()) }
+    /// let next = pool.alloc(AllocDesc::storage(1 << 20).read_write())?;
+    /// assert_eq!(pool.stats().counters.device_allocs, 1);
+    /// # drop(next);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn submit<I: IntoIterator<Item = wgpu::CommandBuffer>>(
         &self,
@@ -861,6 +906,22 @@ impl Pool {
     /// engine's lock too when a dropped block went the slow way, and the
     /// submit lock only to wait for a [`Pool::submit`] under way on another
     /// thread (whose command buffers a block dropped before may be in).
+    ///
+    /// ```
+    /// # let (device, queue) = vrampool::example_device()?;
+    /// use vrampool::{AllocDesc, Pool, PoolOptions};
+    /// let pool = Pool::new(device, queue.clone(), PoolOptions::default())?;
+    /// let mut encoder = pool.device().create_command_encoder(&Default::default());
+    /// let tmp = pool.alloc(AllocDesc::storage(1 << 20).read_write())?;
+    /// encoder.clear_buffer(tmp.buffer(), tmp.offset(), Some(tmp.size()));
+    /// drop(tmp);
+    /// queue.submit([encoder.finish()]); // your own submit, e.g. a renderer's
+    /// pool.submitted(); // then the pool may hand the bytes out again
+    /// let next = pool.alloc(AllocDesc::storage(1 << 20).read_write())?;
+    /// assert_eq!(pool.stats().counters.device_allocs, 1);
+    /// # drop(next);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn submitted(&self) {
         if submitting_here(&self.inner) {
             // From a callback that this pool's own submit ran: that submit
@@ -916,6 +977,19 @@ impl Pool {
     /// last block a wgpu callback frees while it runs (a `map_async` or
     /// `on_submitted_work_done` callback its polls fire) is given back too,
     /// for up to three rounds of such frees. Returns the bytes released.
+    ///
+    /// ```
+    /// # let (device, queue) = vrampool::example_device()?;
+    /// use vrampool::{AllocDesc, Pool, PoolOptions};
+    /// let pool = Pool::new(device, queue, PoolOptions::default())?;
+    /// let kept = pool.alloc(AllocDesc::storage(1 << 20).label("weights"))?;
+    /// let batch = pool.alloc(AllocDesc::storage(8 << 20).label("batch"))?;
+    /// drop(batch);
+    /// assert_eq!(pool.empty_cache(), 8 << 20); // the live block's buffer stays
+    /// assert_eq!(pool.stats().total.reserved_bytes.current, 1 << 20);
+    /// # drop(kept);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn empty_cache(&self) -> u64 {
         let mut released = {
             let mut engine = self.inner.engine_synced();
@@ -939,26 +1013,98 @@ impl Pool {
     }
 
     /// Figures: allocated, reserved, cached, … current and peak, and counters.
+    ///
+    /// ```
+    /// # let (device, queue) = vrampool::example_device()?;
+    /// use vrampool::{AllocDesc, Pool, PoolOptions};
+    /// let pool = Pool::new(device, queue, PoolOptions::default())?;
+    /// let x = pool.alloc(AllocDesc::storage(3000).read_only())?;
+    /// let stats = pool.stats();
+    /// assert_eq!(stats.total.requested_bytes.current, 3000);
+    /// assert_eq!(stats.total.allocated_bytes.current, 3072); // 256-byte granules
+    /// assert!(stats.total.reserved_bytes.current >= 3072); // the segment holding it
+    /// assert_eq!(stats.counters.allocs, 1);
+    /// # drop(x);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn stats(&self) -> Stats {
         self.inner.engine_reported().stats()
     }
 
-    /// Resets peaks to current values.
+    /// Resets peaks to current values, to measure the peak of one phase
+    /// (`torch.cuda.reset_peak_memory_stats()`).
+    ///
+    /// ```
+    /// # let (device, queue) = vrampool::example_device()?;
+    /// use vrampool::{AllocDesc, Pool, PoolOptions};
+    /// let pool = Pool::new(device, queue, PoolOptions::default())?;
+    /// drop(pool.alloc(AllocDesc::storage(4 << 20))?);
+    /// pool.reset_peak_stats();
+    /// let x = pool.alloc(AllocDesc::storage(1 << 20))?;
+    /// assert_eq!(pool.stats().total.allocated_bytes.peak, 1 << 20);
+    /// # drop(x);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn reset_peak_stats(&self) {
         self.inner.engine_reported().reset_peak_stats()
     }
 
-    /// The `memory_summary()` table.
+    /// The `memory_summary()` table: PyTorch's, with this pool's figures
+    /// per pool of usages.
+    ///
+    /// ```
+    /// # let (device, queue) = vrampool::example_device()?;
+    /// use vrampool::{AllocDesc, Pool, PoolOptions};
+    /// let pool = Pool::new(device, queue, PoolOptions::default())?;
+    /// let x = pool.alloc(AllocDesc::storage(1 << 20).label("x"))?;
+    /// let table = pool.memory_summary();
+    /// assert!(table.contains("Allocated memory"));
+    /// println!("{table}");
+    /// # drop(x);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn memory_summary(&self) -> String {
         self.inner.engine_reported().memory_summary()
     }
 
-    /// Segments → blocks, serialisable.
+    /// Segments → blocks, serialisable (`torch.cuda.memory_snapshot()`): the
+    /// page's "view snapshot" reads its JSON.
+    ///
+    /// ```
+    /// # let (device, queue) = vrampool::example_device()?;
+    /// use vrampool::{AllocDesc, Pool, PoolOptions, SnapshotState};
+    /// let pool = Pool::new(device, queue, PoolOptions::default())?;
+    /// let a = pool.alloc(AllocDesc::uniform(256).label("camera"))?;
+    /// let b = pool.alloc(AllocDesc::uniform(256).label("light"))?;
+    /// let snapshot = pool.snapshot();
+    /// let live: Vec<_> = snapshot.segments.iter().flat_map(|s| &s.blocks)
+    ///     .filter(|b| b.state == SnapshotState::Live)
+    ///     .filter_map(|b| b.label.as_deref())
+    ///     .collect();
+    /// assert_eq!(live, ["camera", "light"]); // one segment, in offset order
+    /// let json = serde_json::to_string(&snapshot)?;
+    /// # let _ = (a, b, json);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn snapshot(&self) -> Snapshot {
         self.inner.engine_reported().snapshot()
     }
 
-    /// Live blocks with their labels.
+    /// Live blocks with their labels: what the pool logs as leaked if it is
+    /// dropped with them.
+    ///
+    /// ```
+    /// # let (device, queue) = vrampool::example_device()?;
+    /// use vrampool::{AllocDesc, Pool, PoolOptions};
+    /// let pool = Pool::new(device, queue, PoolOptions::default())?;
+    /// let cache = pool.alloc(AllocDesc::storage(1 << 20).label("kv cache"))?;
+    /// let leaks = pool.leaks();
+    /// assert_eq!(leaks.len(), 1);
+    /// assert_eq!((leaks[0].label.as_deref(), leaks[0].size), (Some("kv cache"), 1 << 20));
+    /// drop(cache);
+    /// assert!(pool.leaks().is_empty());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn leaks(&self) -> Vec<Leak> {
         self.inner.engine_reported().leaks()
     }
@@ -999,11 +1145,44 @@ impl Pool {
     /// Sets or clears the hard limit; cached memory above it is released. It
     /// is a budget or a ceiling as the configuration's
     /// [`limit_kind`](crate::Config::limit_kind) says.
+    ///
+    /// ```
+    /// # let (device, queue) = vrampool::example_device()?;
+    /// use vrampool::{AllocDesc, Error, Limit, Pool, PoolOptions};
+    /// let pool = Pool::new(device, queue, PoolOptions::default())?;
+    /// pool.set_limit(Some(Limit::Bytes(16 << 20)))?;
+    /// let a = pool.alloc(AllocDesc::storage(12 << 20))?;
+    /// match pool.alloc(AllocDesc::storage(8 << 20)) {
+    ///     // Says what was asked, what is held and what to try.
+    ///     Err(e @ Error::OutOfMemory(_)) => println!("{e}"),
+    ///     other => panic!("expected out of memory, got {other:?}"),
+    /// }
+    /// drop(a);
+    /// pool.submit([]);
+    /// // The cached 12 MiB are given back to make room.
+    /// let b = pool.alloc(AllocDesc::storage(8 << 20))?;
+    /// assert!(pool.stats().total.reserved_bytes.current <= 16 << 20);
+    /// # drop(b);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn set_limit(&self, limit: Option<Limit>) -> Result<()> {
         self.inner.engine_synced().set_limit(limit)
     }
 
-    /// Sets the cache limit (bytes kept in fully-free segments).
+    /// Sets the cache limit: free bytes kept in segments without a live
+    /// block (MLX's `set_cache_limit`); above it, such segments are given
+    /// back after each free. `Some(0)` caches nothing.
+    ///
+    /// ```
+    /// # let (device, queue) = vrampool::example_device()?;
+    /// use vrampool::{AllocDesc, Pool, PoolOptions, Reuse};
+    /// let options = PoolOptions { reuse: Reuse::Immediate, ..Default::default() };
+    /// let pool = Pool::new(device, queue, options)?;
+    /// pool.set_cache_limit(Some(0));
+    /// drop(pool.alloc(AllocDesc::storage(8 << 20))?);
+    /// assert_eq!(pool.stats().total.reserved_bytes.current, 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn set_cache_limit(&self, cache_limit: Option<u64>) {
         self.inner.engine_synced().set_cache_limit(cache_limit)
     }
@@ -1015,16 +1194,23 @@ impl Pool {
     /// show frees made since (by other threads, or by wgpu callbacks that
     /// the allocation's polls ran).
     ///
-    /// ```no_run
-    /// # fn demo(pool: std::sync::Arc<vrampool::Pool>) {
-    /// let weak = std::sync::Arc::downgrade(&pool);
+    /// ```
+    /// # let (device, queue) = vrampool::example_device()?;
+    /// use std::sync::{Arc, atomic::{AtomicU64, Ordering}};
+    /// use vrampool::{AllocDesc, Limit, Pool, PoolOptions};
+    /// let pool = Arc::new(Pool::new(device, queue, PoolOptions::default())?);
+    /// pool.set_limit(Some(Limit::Bytes(4 << 20)))?;
+    /// let refused = Arc::new(AtomicU64::new(0));
+    /// let (weak, seen) = (Arc::downgrade(&pool), refused.clone());
     /// pool.on_oom(move |info| {
-    ///     eprintln!("out of memory: {} requested", info.requested);
+    ///     seen.store(info.requested, Ordering::Relaxed);
     ///     if let Some(pool) = weak.upgrade() {
     ///         eprintln!("{}", pool.memory_summary());
     ///     }
     /// });
-    /// # }
+    /// assert!(pool.alloc(AllocDesc::storage(8 << 20)).is_err());
+    /// assert_eq!(refused.load(Ordering::Relaxed), 8 << 20);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn on_oom(&self, f: impl Fn(&OomInfo) + Send + Sync + 'static) {
         self.inner
@@ -1046,6 +1232,18 @@ impl Pool {
     }
 
     /// Stops recording and returns the log.
+    ///
+    /// ```
+    /// # let (device, queue) = vrampool::example_device()?;
+    /// use vrampool::{AllocDesc, Pool, PoolOptions, Trace};
+    /// let pool = Pool::new(device, queue, PoolOptions::default())?;
+    /// pool.start_recording();
+    /// drop(pool.alloc(AllocDesc::storage(1 << 20))?);
+    /// let log = pool.take_recording().expect("it was recording");
+    /// // RMM's CSV: what `vrampool replay` and the page's trace loader read.
+    /// assert_eq!(Trace::from_bytes("run.csv", log.as_bytes())?.allocations(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn take_recording(&self) -> Option<String> {
         let mut engine = self.inner.engine_reported();
         let log = engine.take_recording();
@@ -1083,6 +1281,29 @@ impl Pool {
     /// block is placed at its planned offset only if those bytes are free
     /// there (and, with [`Reuse::AfterSubmit`], no longer pending), so a
     /// plan never makes two owners share bytes, whatever it says.
+    ///
+    /// ```
+    /// # let (device, queue) = vrampool::example_device()?;
+    /// use vrampool::{AllocDesc, Pool, PoolOptions};
+    /// let pool = Pool::new(device, queue, PoolOptions::default())?;
+    /// let step = |pool: &Pool| -> Result<(), vrampool::Error> {
+    ///     let x = pool.alloc(AllocDesc::storage(3 << 20).read_write())?;
+    ///     let y = pool.alloc(AllocDesc::storage(5 << 20).read_write())?;
+    ///     drop(x);
+    ///     let z = pool.alloc(AllocDesc::storage(2 << 20).read_write())?;
+    ///     drop((y, z));
+    ///     pool.submit([]);
+    ///     Ok(())
+    /// };
+    /// pool.start_recording();
+    /// step(&pool)?;
+    /// let plan = pool.plan_recording(&pool.take_recording().unwrap())?;
+    /// pool.empty_cache();
+    /// pool.follow(&plan)?; // the next run: its segments made at once
+    /// step(&pool)?;
+    /// assert_eq!(pool.follow_stats().placed, 3);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn follow(&self, plan: &RecordedPlan) -> Result<()> {
         let mut engine = self.inner.engine_reported();
         self.inner.close_front(&mut engine, &self.inner.following);
@@ -1120,6 +1341,21 @@ impl Pool {
     /// the pool when the scope ends, like TensorFlow's `clear_session`. Handles
     /// cannot outlive the scope (the borrow checker sees to it). Returns `f`'s
     /// value and what the scope allocated.
+    ///
+    /// ```
+    /// # let (device, queue) = vrampool::example_device()?;
+    /// use vrampool::{AllocDesc, Pool, PoolOptions};
+    /// let pool = Pool::new(device, queue, PoolOptions::default())?;
+    /// let (sum, report) = pool.scope(|s| -> Result<u64, vrampool::Error> {
+    ///     let a = s.alloc(AllocDesc::storage(1 << 20))?;
+    ///     let b = s.alloc(AllocDesc::storage(2 << 20))?;
+    ///     Ok(a.size() + b.size())
+    /// });
+    /// assert_eq!(sum?, 3 << 20);
+    /// assert_eq!((report.allocations, report.bytes, report.returned), (2, 3 << 20, true));
+    /// assert_eq!(pool.stats().total.allocated_bytes.current, 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn scope<R>(&self, f: impl FnOnce(&Scope<'_>) -> R) -> (R, ScopeReport) {
         let before = self.stats();
         let scope = Scope {

@@ -103,9 +103,10 @@ impl Pool {
     /// declaration gets an [`Error::UsageConflict`] naming both blocks, their
     /// buffer and the fix. Pure: nothing changes.
     ///
-    /// ```no_run
-    /// # fn demo(pool: &vrampool::Pool) -> Result<(), vrampool::Error> {
-    /// use vrampool::{AllocDesc, BindingUse, BlockUse};
+    /// ```
+    /// # let (device, queue) = vrampool::example_device()?;
+    /// use vrampool::{AllocDesc, BindingUse, BlockUse, Error, Pool, PoolOptions};
+    /// let pool = Pool::new(device, queue, PoolOptions::default())?;
     /// let params = pool.alloc(AllocDesc::uniform(64).label("params"))?;
     /// let input = pool.alloc(AllocDesc::storage(4096).read_only().label("input"))?;
     /// let output = pool.alloc(AllocDesc::storage(4096).read_write().label("output"))?;
@@ -114,7 +115,17 @@ impl Pool {
     ///     BlockUse::new(&input, BindingUse::StorageRead),
     ///     BlockUse::new(&output, BindingUse::StorageReadWrite),
     /// ])?;
-    /// # Ok(()) }
+    /// // Breaking a declaration: `input` written beside `params`, read in the
+    /// // same pass, would be a validation error; here it is one that names them.
+    /// let wrong = pool.check_usage_scope(&[
+    ///     BlockUse::new(&params, BindingUse::Uniform),
+    ///     BlockUse::new(&input, BindingUse::StorageReadWrite),
+    /// ]);
+    /// match wrong {
+    ///     Err(Error::UsageConflict(c)) => assert!(c.to_string().contains("input")),
+    ///     other => panic!("expected a usage conflict, got {other:?}"),
+    /// }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn check_usage_scope(&self, uses: &[BlockUse<'_>]) -> Result<()> {
         for (i, a) in uses.iter().enumerate() {
@@ -198,17 +209,32 @@ impl Pool {
     /// (uniform, storage read or storage read-write). Blocks from other bind
     /// groups of the same pass are checked with `check_usage_scope`.
     ///
-    /// ```no_run
-    /// # fn demo(pool: &vrampool::Pool, layout: &wgpu::BindGroupLayout) -> Result<(), vrampool::Error> {
-    /// use vrampool::{AllocDesc, BindingUse as Use, BlockUse};
+    /// ```
+    /// # let (device, queue) = vrampool::example_device()?;
+    /// use vrampool::{AllocDesc, BindingUse as Use, BlockUse, Pool, PoolOptions};
+    /// let pool = Pool::new(device, queue, PoolOptions::default())?;
+    /// let entry = |binding, ty| wgpu::BindGroupLayoutEntry {
+    ///     binding,
+    ///     visibility: wgpu::ShaderStages::COMPUTE,
+    ///     ty: wgpu::BindingType::Buffer { ty, has_dynamic_offset: false, min_binding_size: None },
+    ///     count: None,
+    /// };
+    /// let layout = pool.device().create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+    ///     label: Some("step"),
+    ///     entries: &[
+    ///         entry(0, wgpu::BufferBindingType::Uniform),
+    ///         entry(1, wgpu::BufferBindingType::Storage { read_only: false }),
+    ///     ],
+    /// });
     /// let params = pool.alloc(AllocDesc::uniform(64))?;
     /// let data = pool.alloc(AllocDesc::storage(4096).read_write())?;
     /// let group = pool.create_bind_group(
     ///     Some("step"),
-    ///     layout,
+    ///     &layout,
     ///     &[(0, BlockUse::new(&params, Use::Uniform)), (1, BlockUse::new(&data, Use::StorageReadWrite))],
     /// )?;
-    /// # let _ = group; Ok(()) }
+    /// # let _ = group;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn create_bind_group(
         &self,
