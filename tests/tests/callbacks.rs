@@ -330,6 +330,66 @@ fn a_callback_under_one_pools_lock_may_drop_another_pools_block() {
     second.check_invariants().unwrap();
 }
 
+/// Panic message of a caught panic.
+fn message_of(payload: Box<dyn std::any::Any + Send>) -> String {
+    payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default()
+}
+
+#[test]
+fn callbacks_of_two_pools_reading_each_other_on_two_threads_end_in_one_panic_not_a_deadlock() {
+    // Thread A's map callback runs inside pool A's poll (A's lock held) and
+    // reads pool B's stats() while thread B's runs inside pool B's poll and
+    // reads pool A's: each waits for the lock the other holds. One of them
+    // gives up with a panic saying why; the other's read is served, and both
+    // allocations are whole.
+    let pools = [pool(Reuse::Immediate), pool(Reuse::Immediate)];
+    let (in_a, a_entered) = mpsc::channel::<()>();
+    let (in_b, b_entered) = mpsc::channel::<()>();
+    let run = |mine: &Arc<Pool>,
+               theirs: &Arc<Pool>,
+               entered: mpsc::Sender<()>,
+               other_entered: mpsc::Receiver<()>| {
+        let (mine, theirs) = (Arc::clone(mine), Arc::downgrade(theirs));
+        move || {
+            let staging = map_with(&mine, move || {
+                entered.send(()).unwrap();
+                other_entered
+                    .recv_timeout(Duration::from_secs(20))
+                    .expect("the other thread's callback did not run");
+                let theirs = theirs.upgrade().expect("the other pool is alive");
+                let _ = theirs.stats();
+            });
+            let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                drop(mine.alloc(new_segment()).unwrap());
+            }));
+            drop(staging);
+            caught.err().map(message_of)
+        }
+    };
+    let a = std::thread::spawn(run(&pools[0], &pools[1], in_a, b_entered));
+    let b = run(&pools[1], &pools[0], in_b, a_entered);
+    let (a, b) = finishes("two pools' callbacks reading each other", move || {
+        let b = b();
+        (a.join().expect("thread A"), b)
+    });
+    let panics: Vec<String> = [a, b].into_iter().flatten().collect();
+    assert_eq!(panics.len(), 1, "one thread gives up, not both: {panics:?}");
+    assert!(
+        panics[0].contains("each would wait for the other forever")
+            && panics[0].contains("after the callback returns"),
+        "{}",
+        panics[0]
+    );
+    for pool in &pools {
+        assert_eq!(allocated(pool), 0);
+        pool.check_invariants().unwrap();
+    }
+}
+
 #[test]
 fn a_callback_run_by_the_pools_own_submit_may_submit_again() {
     // wgpu fires due callbacks at the end of `queue.submit`; inside

@@ -26,6 +26,14 @@
 //! - anything else that needs the engine there (`stats()`, `empty_cache()`,
 //!   ...) panics with a message saying so, instead of waiting forever.
 //!
+//! A callback run under one pool's lock may call *another* pool, and then
+//! waits for that pool's lock like any caller. That wait could never end if
+//! the other pool's holder waits, directly or through other threads, for a
+//! lock this thread holds (two threads, each in a callback of its own pool's
+//! work, each reading the other pool's `stats()`): such waits are
+//! registered ([`Waits`]), and the last thread to close a cycle of them
+//! panics with a message saying so instead; the others then go on.
+//!
 //! A callback that panics there (that way, or for its own reasons) does not
 //! unwind through the engine's half-done operation: [`shielded`] keeps the
 //! panic and the pool raises it again once the operation is whole and the
@@ -41,7 +49,9 @@ use std::cell::RefCell;
 use std::ops::{Deref, DerefMut};
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, MutexGuard, TryLockError};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
+use std::thread::ThreadId;
+use std::time::Duration;
 
 use crate::engine::{Engine, SegmentPlan};
 use crate::types::BlockId;
@@ -62,6 +72,72 @@ thread_local! {
     /// The first panic of a callback that [`shielded`] caught, to raise once
     /// no pool's lock is held.
     static CAUGHT: RefCell<Option<Box<dyn Any + Send>>> = const { RefCell::new(None) };
+}
+
+/// A thread that holds pools' engine locks and waits for another pool's.
+struct Waiter {
+    thread: ThreadId,
+    /// The pool whose lock it waits for.
+    wants: usize,
+    /// The pools whose locks it holds (fixed while it waits).
+    holds: Vec<usize>,
+}
+
+/// Every thread waiting for a pool's lock while it holds another's. Only
+/// such waits can form a cycle (each thread of one holds a lock and waits
+/// for the next thread's), and a registered thread is in its wait loop
+/// until it deregisters, so a cycle found here is a wait that never ends.
+/// The first thread of a cycle to find it (under this mutex) leaves it, so
+/// the others then find none and go on.
+struct Waits {
+    waiters: Vec<Waiter>,
+}
+
+static WAITS: Mutex<Waits> = Mutex::new(Waits {
+    waiters: Vec::new(),
+});
+
+fn waits() -> MutexGuard<'static, Waits> {
+    WAITS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Waits {
+    fn register(&mut self, wants: usize) {
+        let holds = HELD.try_with(|h| h.borrow().clone()).unwrap_or_default();
+        self.waiters.push(Waiter {
+            thread: std::thread::current().id(),
+            wants,
+            holds,
+        });
+    }
+
+    fn deregister(&mut self) {
+        let me = std::thread::current().id();
+        self.waiters.retain(|w| w.thread != me);
+    }
+
+    /// Whether this thread's wait is part of a cycle of waits: each thread
+    /// of it waits for a lock the next one holds.
+    fn in_a_cycle(&self) -> bool {
+        let me = std::thread::current().id();
+        let Some(start) = self.waiters.iter().find(|w| w.thread == me) else {
+            return false;
+        };
+        let mut wants = start.wants;
+        // A cycle has at most one thread per waiter.
+        for _ in 0..self.waiters.len() {
+            // At most one thread holds a pool's lock; if it is not waiting
+            // itself, it will release the lock.
+            let Some(holder) = self.waiters.iter().find(|w| w.holds.contains(&wants)) else {
+                return false;
+            };
+            if holder.thread == me {
+                return true;
+            }
+            wants = holder.wants;
+        }
+        false
+    }
 }
 
 /// Runs `f`, a wgpu call that may run user callbacks (a submit, a poll, a
@@ -292,9 +368,60 @@ impl Inner {
                  (set a flag or send a message from the callback)"
             );
         }
+        if held_anywhere() {
+            return self.engine_beside_another();
+        }
         // A panic while the lock was held cannot leave the engine half-updated in
         // a way that matters more than losing the pool, so recover the guard.
         EngineGuard::new(self, self.engine_lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// The engine's lock for a thread that holds another pool's (a wgpu
+    /// callback of that pool's work calling this one): waited for with the
+    /// wait registered, and given up with a panic if it closes a cycle of
+    /// waits (see the module's docs).
+    fn engine_beside_another(&self) -> EngineGuard<'_> {
+        let mut registered = false;
+        let mut tries = 0u32;
+        loop {
+            match self.engine_try_lock() {
+                Ok(guard) => return self.waited(registered, guard),
+                Err(TryLockError::Poisoned(e)) => return self.waited(registered, e.into_inner()),
+                Err(TryLockError::WouldBlock) => {}
+            }
+            let mut w = waits();
+            if !registered {
+                w.register(key(self));
+                registered = true;
+            } else if w.in_a_cycle() {
+                w.deregister();
+                drop(w);
+                panic!(
+                    "vrampool: a wgpu callback that runs inside another pool's work on this thread called this \
+                     pool, whose lock is held by a thread that waits (directly or through others) for a pool \
+                     lock this thread holds: each would wait for the other forever. Make the call after the \
+                     callback returns (set a flag or send a message from the callback)"
+                );
+            }
+            drop(w);
+            tries += 1;
+            if tries < 64 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(100));
+            }
+        }
+    }
+
+    fn waited<'a>(
+        &'a self,
+        registered: bool,
+        guard: MutexGuard<'a, Engine<WgpuBackend>>,
+    ) -> EngineGuard<'a> {
+        if registered {
+            waits().deregister();
+        }
+        EngineGuard::new(self, guard)
     }
 
     /// The engine's lock, unless waiting for it could wait forever: this
