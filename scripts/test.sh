@@ -43,6 +43,8 @@ WGPU_BACKEND=vulkan cargo test --workspace
 VRAMPOOL_TEST_BACKEND=gl VRAMPOOL_INTERLEAVE_OPS=20000 \
   cargo test -p vrampool-tests --test gpu --test embedding --test relocation --test movable --test callbacks
 WGPU_BACKEND=gl cargo test -p vrampool --examples
+# The documentation's examples run on a device too (Vulkan above; GL here).
+WGPU_BACKEND=gl cargo test -p vrampool --doc
 cargo build -p vrampool --target wasm32-unknown-unknown
 # Fuzz the trace reader and the engine for a bounded time (FUZZ_SECONDS each).
 bash scripts/fuzz.sh

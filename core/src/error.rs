@@ -118,13 +118,16 @@ pub enum Error {
     /// An allocation made from a wgpu callback (`map_async`'s,
     /// `on_submitted_work_done`'s) that wgpu ran inside a submit or poll the
     /// pool made with its lock held: waiting would wait for this thread.
-    /// (One the thread's front cache can serve is served.) Dropping handles,
-    /// `Pool::submit` and `Pool::submitted` there are fine: the pool does
-    /// them as it finishes.
+    /// (One the thread's front cache can serve is served.) Also an
+    /// asynchronous allocation made from a callback under any pool's lock
+    /// while another allocation of the same pool awaits the device: that one
+    /// may be another thread's, waiting for the lock this thread holds.
+    /// Dropping handles, `Pool::submit` and `Pool::submitted` there are fine:
+    /// the pool does them as it finishes.
     #[error(
-        "{0} was called from a wgpu callback that ran inside the pool's own submit or poll, \
-         while the pool was in the middle of an operation: allocate after the callback returns \
-         (dropping handles in a callback is fine)"
+        "{0} was called from a wgpu callback that ran inside a pool's own submit or poll, \
+         while the pool it calls was in the middle of an operation: allocate after the callback \
+         returns (dropping handles in a callback is fine)"
     )]
     Reentrant(&'static str),
 

@@ -355,19 +355,24 @@ fn callbacks_of_two_pools_reading_each_other_on_two_threads_end_in_one_panic_not
                other_entered: mpsc::Receiver<()>| {
         let (mine, theirs) = (Arc::clone(mine), Arc::downgrade(theirs));
         move || {
+            let read = Arc::new(AtomicBool::new(false));
+            let r = Arc::clone(&read);
             let staging = map_with(&mine, move || {
                 entered.send(()).unwrap();
                 other_entered
                     .recv_timeout(Duration::from_secs(20))
                     .expect("the other thread's callback did not run");
                 let theirs = theirs.upgrade().expect("the other pool is alive");
-                let _ = theirs.stats();
+                // Both pools' allocations so far: the staging block and, once
+                // whole, the other thread's new segment's.
+                assert!(theirs.stats().counters.allocs >= 1);
+                r.store(true, Ordering::SeqCst);
             });
             let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 drop(mine.alloc(new_segment()).unwrap());
             }));
             drop(staging);
-            caught.err().map(message_of)
+            (caught.err().map(message_of), read.load(Ordering::SeqCst))
         }
     };
     let a = std::thread::spawn(run(&pools[0], &pools[1], in_a, b_entered));
@@ -376,7 +381,12 @@ fn callbacks_of_two_pools_reading_each_other_on_two_threads_end_in_one_panic_not
         let b = b();
         (a.join().expect("thread A"), b)
     });
-    let panics: Vec<String> = [a, b].into_iter().flatten().collect();
+    assert_eq!(
+        [a.1, b.1].iter().filter(|&&read| read).count(),
+        1,
+        "the thread that did not give up read the other pool"
+    );
+    let panics: Vec<String> = [a.0, b.0].into_iter().flatten().collect();
     assert_eq!(panics.len(), 1, "one thread gives up, not both: {panics:?}");
     assert!(
         panics[0].contains("each would wait for the other forever")
@@ -385,6 +395,70 @@ fn callbacks_of_two_pools_reading_each_other_on_two_threads_end_in_one_panic_not
         panics[0]
     );
     for pool in &pools {
+        assert_eq!(allocated(pool), 0);
+        pool.check_invariants().unwrap();
+    }
+}
+
+#[test]
+fn an_async_allocation_from_one_pools_callback_while_another_thread_awaits_the_device_is_refused() {
+    // Thread B is inside pool B's `alloc_async` (its gate held: one
+    // allocation at a time awaits the device), and its map callback, run by
+    // the poll before B's new segment, reads pool A. Thread A's callback, run
+    // under pool A's lock, asks pool B for an asynchronous allocation:
+    // waiting for B's gate would wait for thread B, which waits for A's lock.
+    // It is refused with `Error::Reentrant`, and both threads go on.
+    let (pa, pb) = (pool(Reuse::Immediate), pool(Reuse::Immediate));
+    let (b_in, b_entered) = mpsc::channel::<()>();
+    let (a_asks, a_asked) = mpsc::channel::<()>();
+    let b = {
+        let (mine, theirs) = (Arc::clone(&pb), Arc::downgrade(&pa));
+        std::thread::spawn(move || {
+            let staging = map_with(&mine, move || {
+                b_in.send(()).unwrap();
+                a_asked
+                    .recv_timeout(Duration::from_secs(20))
+                    .expect("thread A's callback did not run");
+                let theirs = theirs.upgrade().expect("pool A is alive");
+                assert!(theirs.stats().counters.allocs >= 1);
+            });
+            let big = pollster::block_on(mine.alloc_async(new_segment())).unwrap();
+            drop((big, staging));
+        })
+    };
+    let a = {
+        let (mine, theirs) = (Arc::clone(&pa), Arc::downgrade(&pb));
+        move || {
+            let answer = Arc::new(Mutex::new(None));
+            let got = Arc::clone(&answer);
+            let staging = map_with(&mine, move || {
+                b_entered
+                    .recv_timeout(Duration::from_secs(20))
+                    .expect("thread B's callback did not run");
+                a_asks.send(()).unwrap();
+                let theirs = theirs.upgrade().expect("pool B is alive");
+                let asked = pollster::block_on(theirs.alloc_async(small("from A's callback")));
+                *got.lock().unwrap() = Some(asked.map(drop));
+            });
+            let big = mine.alloc(new_segment()).unwrap();
+            drop((big, staging));
+            let answer = answer.lock().unwrap().take();
+            answer
+        }
+    };
+    let (answer, b_done) = finishes(
+        "an async allocation across two pools' callbacks",
+        move || {
+            let answer = a();
+            (answer, b.join().is_ok())
+        },
+    );
+    assert!(b_done, "thread B panicked");
+    match answer {
+        Some(Err(Error::Reentrant(call))) => assert_eq!(call, "Pool::alloc_async"),
+        other => panic!("expected Error::Reentrant, got {other:?}"),
+    }
+    for pool in [&pa, &pb] {
         assert_eq!(allocated(pool), 0);
         pool.check_invariants().unwrap();
     }

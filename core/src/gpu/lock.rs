@@ -31,8 +31,8 @@
 //! the other pool's holder waits, directly or through other threads, for a
 //! lock this thread holds (two threads, each in a callback of its own pool's
 //! work, each reading the other pool's `stats()`): such waits are
-//! registered ([`Waits`]), and the last thread to close a cycle of them
-//! panics with a message saying so instead; the others then go on.
+//! registered ([`Waits`]), and the first thread of a cycle of them to find
+//! it panics with a message saying so instead; the others then go on.
 //!
 //! A callback that panics there (that way, or for its own reasons) does not
 //! unwind through the engine's half-done operation: [`shielded`] keeps the
@@ -101,25 +101,33 @@ fn waits() -> MutexGuard<'static, Waits> {
     WAITS.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-impl Waits {
-    fn register(&mut self, wants: usize) {
+/// This thread's entry in [`Waits`] while it lives: taken out on every way
+/// out of the wait, a panic's included.
+struct Registered(ThreadId);
+
+impl Registered {
+    fn new(waits: &mut Waits, wants: usize) -> Self {
+        let thread = std::thread::current().id();
         let holds = HELD.try_with(|h| h.borrow().clone()).unwrap_or_default();
-        self.waiters.push(Waiter {
-            thread: std::thread::current().id(),
+        waits.waiters.push(Waiter {
+            thread,
             wants,
             holds,
         });
+        Registered(thread)
     }
+}
 
-    fn deregister(&mut self) {
-        let me = std::thread::current().id();
-        self.waiters.retain(|w| w.thread != me);
+impl Drop for Registered {
+    fn drop(&mut self) {
+        waits().waiters.retain(|w| w.thread != self.0);
     }
+}
 
-    /// Whether this thread's wait is part of a cycle of waits: each thread
-    /// of it waits for a lock the next one holds.
-    fn in_a_cycle(&self) -> bool {
-        let me = std::thread::current().id();
+impl Waits {
+    /// Whether `me`'s wait is part of a cycle of waits: each thread of it
+    /// waits for a lock the next one holds.
+    fn in_a_cycle(&self, me: ThreadId) -> bool {
         let Some(start) = self.waiters.iter().find(|w| w.thread == me) else {
             return false;
         };
@@ -381,47 +389,45 @@ impl Inner {
     /// wait registered, and given up with a panic if it closes a cycle of
     /// waits (see the module's docs).
     fn engine_beside_another(&self) -> EngineGuard<'_> {
-        let mut registered = false;
+        let mut registered: Option<Registered> = None;
         let mut tries = 0u32;
         loop {
-            match self.engine_try_lock() {
-                Ok(guard) => return self.waited(registered, guard),
-                Err(TryLockError::Poisoned(e)) => return self.waited(registered, e.into_inner()),
-                Err(TryLockError::WouldBlock) => {}
-            }
-            let mut w = waits();
-            if !registered {
-                w.register(key(self));
-                registered = true;
-            } else if w.in_a_cycle() {
-                w.deregister();
-                drop(w);
-                panic!(
-                    "vrampool: a wgpu callback that runs inside another pool's work on this thread called this \
-                     pool, whose lock is held by a thread that waits (directly or through others) for a pool \
-                     lock this thread holds: each would wait for the other forever. Make the call after the \
-                     callback returns (set a flag or send a message from the callback)"
-                );
-            }
-            drop(w);
-            tries += 1;
-            if tries < 64 {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(Duration::from_micros(100));
-            }
+            let guard = match self.engine_try_lock() {
+                Ok(guard) => guard,
+                Err(TryLockError::Poisoned(e)) => e.into_inner(),
+                Err(TryLockError::WouldBlock) => {
+                    let mut w = waits();
+                    match &registered {
+                        None => registered = Some(Registered::new(&mut w, key(self))),
+                        Some(me) if w.in_a_cycle(me.0) => {
+                            // Out of the registry before its lock is let go,
+                            // so no other thread of the cycle finds it too.
+                            let me = me.0;
+                            w.waiters.retain(|x| x.thread != me);
+                            drop(w);
+                            panic!(
+                                "vrampool: a wgpu callback that runs inside another pool's work on this thread \
+                                 called this pool, whose lock is held by a thread that waits (directly or \
+                                 through others) for a pool lock this thread holds: each would wait for the \
+                                 other forever. Make the call after the callback returns (set a flag or send \
+                                 a message from the callback)"
+                            );
+                        }
+                        Some(_) => {}
+                    }
+                    drop(w);
+                    tries += 1;
+                    if tries < 64 {
+                        std::thread::yield_now();
+                    } else {
+                        std::thread::sleep(Duration::from_micros(100));
+                    }
+                    continue;
+                }
+            };
+            drop(registered);
+            return EngineGuard::new(self, guard);
         }
-    }
-
-    fn waited<'a>(
-        &'a self,
-        registered: bool,
-        guard: MutexGuard<'a, Engine<WgpuBackend>>,
-    ) -> EngineGuard<'a> {
-        if registered {
-            waits().deregister();
-        }
-        EngineGuard::new(self, guard)
     }
 
     /// The engine's lock, unless waiting for it could wait forever: this

@@ -66,7 +66,7 @@ pub fn pool_memory_hints() -> wgpu::MemoryHints {
 }
 
 /// A device on the first adapter wgpu finds (`WGPU_BACKEND=vulkan` or `gl`
-/// narrows the search), with WebGPU's default limits: what the examples in
+/// narrows the search), with the adapter's own limits: what the examples in
 /// this crate's documentation run on (Mesa lavapipe in CI). Not part of the
 /// API: open your device as your application does.
 #[doc(hidden)]
@@ -82,9 +82,11 @@ pub fn example_device()
                 "{e}: the examples need a GPU adapter (Debian: apt-get install mesa-vulkan-drivers)"
             )
         })?;
-    Ok(pollster::block_on(
-        adapter.request_device(&Default::default()),
-    )?)
+    let desc = wgpu::DeviceDescriptor {
+        required_limits: adapter.limits(),
+        ..Default::default()
+    };
+    Ok(pollster::block_on(adapter.request_device(&desc))?)
 }
 
 #[cfg(not(target_arch = "wasm32"))]

@@ -373,10 +373,11 @@ impl Drop for Submitting<'_> {
 /// # let (device, queue) = vrampool::example_device()?;
 /// use vrampool::{AllocDesc, Pool, PoolOptions};
 /// let pool = Pool::new(device, queue, PoolOptions::default())?;
+/// let encoder = pool.device().create_command_encoder(&Default::default());
 /// let a = pool.alloc(AllocDesc::storage(1 << 20).label("activations"))?;
-/// // bind a.binding() in a bind group, or use a.slice() ...
+/// // ... record passes that bind a.binding(), or copies of a.slice() ...
 /// drop(a); // back to the pool, not to the driver
-/// pool.submit([]); // the commands that used it are submitted: reusable
+/// pool.submit([encoder.finish()]); // the commands that used it are submitted: reusable
 /// let b = pool.alloc(AllocDesc::storage(1 << 20).zeroed())?; // cache hit, cleared
 /// assert_eq!(pool.stats().counters.device_allocs, 1);
 /// println!("{}", pool.memory_summary());
@@ -617,7 +618,8 @@ impl Pool {
     /// pool.queue().write_buffer(params.buffer(), params.offset(), &[0; 16]);
     /// assert_eq!(params.range(), params.offset()..params.offset() + 16);
     /// // What no buffer can hold is an error that says so, never an invalid buffer.
-    /// match pool.alloc(AllocDesc::storage(1 << 40)) {
+    /// let too_large = pool.device().limits().max_buffer_size + 1;
+    /// match pool.alloc(AllocDesc::storage(too_large)) {
     ///     Err(e @ Error::TooLarge { .. }) => println!("{e}"),
     ///     other => panic!("expected TooLarge, got {other:?}"),
     /// }
@@ -786,8 +788,17 @@ impl Pool {
     ) -> Result<(EngineGuard<'_>, Allocation)> {
         self.not_reentrant(call)?;
         // One allocation at a time waits for the device (the engine counts
-        // the plan against the limits meanwhile).
-        let _gate = self.inner.alloc_gate.lock().await;
+        // the plan against the limits meanwhile). From a wgpu callback under
+        // a pool's lock, not while another does: that one may be another
+        // thread's, whose own callback waits for the lock this thread holds.
+        let _gate = if held_anywhere() {
+            match self.inner.alloc_gate.try_lock() {
+                Some(gate) => gate,
+                None => return Err(Error::Reentrant(call)),
+            }
+        } else {
+            self.inner.alloc_gate.lock().await
+        };
         // Holds the plan from the moment it is made: a panic a callback left
         // for the lock's release (lock.rs) cancels it as it unwinds.
         let mut plan = PlanGuard {
