@@ -442,8 +442,7 @@ fn an_async_allocation_from_one_pools_callback_while_another_thread_awaits_the_d
             });
             let big = mine.alloc(new_segment()).unwrap();
             drop((big, staging));
-            let answer = answer.lock().unwrap().take();
-            answer
+            answer.lock().unwrap().take()
         }
     };
     let (answer, b_done) = finishes(
