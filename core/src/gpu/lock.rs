@@ -367,7 +367,15 @@ impl Inner {
     /// work runs with the lock held on this thread, it panics: waiting would
     /// wait forever (drops, submits and allocations never get here).
     pub(super) fn engine(&self) -> EngineGuard<'_> {
-        if held_here(self) {
+        // One look at the thread's locks: this is every slow path's way in.
+        let k = key(self);
+        let (here, any) = HELD
+            .try_with(|h| {
+                let h = h.borrow();
+                (h.contains(&k), !h.is_empty())
+            })
+            .unwrap_or((false, false));
+        if here {
             panic!(
                 "vrampool: the pool was called from a wgpu callback (map_async, on_submitted_work_done, an \
                  uncaptured-error handler) that wgpu ran inside this pool's own work on this thread, while it \
@@ -376,7 +384,7 @@ impl Inner {
                  (set a flag or send a message from the callback)"
             );
         }
-        if held_anywhere() {
+        if any {
             return self.engine_beside_another();
         }
         // A panic while the lock was held cannot leave the engine half-updated in
