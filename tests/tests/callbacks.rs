@@ -11,7 +11,7 @@
 //! engine (a block parked in the front cache never takes the lock).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::{Arc, Mutex, Weak, mpsc};
 use std::time::Duration;
 
 use vrampool::{AllocDesc, Config, Error, Limit, Pool, PoolOptions, Reuse};
@@ -339,6 +339,19 @@ fn message_of(payload: Box<dyn std::any::Any + Send>) -> String {
         .unwrap_or_default()
 }
 
+/// In a callback under this thread's pool's lock: says so on `entered`,
+/// waits until the other thread's callback says it runs under its pool's
+/// lock (on `other`), then reads `theirs`, which waits for that lock.
+fn meet_then_read(entered: &mpsc::Sender<()>, other: &mpsc::Receiver<()>, theirs: &Weak<Pool>) {
+    entered.send(()).unwrap();
+    other
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the other thread's callback did not run");
+    let theirs = theirs.upgrade().expect("the other pool is alive");
+    // The other pool's allocations so far: its staging block at least.
+    assert!(theirs.stats().counters.allocs >= 1);
+}
+
 #[test]
 fn callbacks_of_two_pools_reading_each_other_on_two_threads_end_in_one_panic_not_a_deadlock() {
     // Thread A's map callback runs inside pool A's poll (A's lock held) and
@@ -358,14 +371,7 @@ fn callbacks_of_two_pools_reading_each_other_on_two_threads_end_in_one_panic_not
             let read = Arc::new(AtomicBool::new(false));
             let r = Arc::clone(&read);
             let staging = map_with(&mine, move || {
-                entered.send(()).unwrap();
-                other_entered
-                    .recv_timeout(Duration::from_secs(20))
-                    .expect("the other thread's callback did not run");
-                let theirs = theirs.upgrade().expect("the other pool is alive");
-                // Both pools' allocations so far: the staging block and, once
-                // whole, the other thread's new segment's.
-                assert!(theirs.stats().counters.allocs >= 1);
+                meet_then_read(&entered, &other_entered, &theirs);
                 r.store(true, Ordering::SeqCst);
             });
             let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -414,14 +420,7 @@ fn an_async_allocation_from_one_pools_callback_while_another_thread_awaits_the_d
     let b = {
         let (mine, theirs) = (Arc::clone(&pb), Arc::downgrade(&pa));
         std::thread::spawn(move || {
-            let staging = map_with(&mine, move || {
-                b_in.send(()).unwrap();
-                a_asked
-                    .recv_timeout(Duration::from_secs(20))
-                    .expect("thread A's callback did not run");
-                let theirs = theirs.upgrade().expect("pool A is alive");
-                assert!(theirs.stats().counters.allocs >= 1);
-            });
+            let staging = map_with(&mine, move || meet_then_read(&b_in, &a_asked, &theirs));
             let big = pollster::block_on(mine.alloc_async(new_segment())).unwrap();
             drop((big, staging));
         })
@@ -511,13 +510,7 @@ fn reading_the_pool_from_inside_its_own_poll_panics_with_the_reason_and_the_pool
             drop(p.alloc(new_segment()));
         }));
         drop(staging);
-        match caught {
-            Ok(()) => None,
-            Err(payload) => payload
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string())),
-        }
+        caught.err().map(message_of)
     });
     let message = message.expect("stats() inside the pool's own poll did not panic");
     assert!(
@@ -598,12 +591,7 @@ fn a_panicking_device_lost_observer_leaves_the_others_called() {
         let first = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let _ = p.alloc(new_segment());
         }));
-        let first = first.err().map(|payload| {
-            payload
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .unwrap_or_default()
-        });
+        let first = first.err().map(message_of);
         (first, p.alloc(new_segment()).map(|_| ()))
     });
     assert_eq!(first.as_deref(), Some("the first observer panics"));

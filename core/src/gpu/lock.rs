@@ -367,15 +367,7 @@ impl Inner {
     /// work runs with the lock held on this thread, it panics: waiting would
     /// wait forever (drops, submits and allocations never get here).
     pub(super) fn engine(&self) -> EngineGuard<'_> {
-        // One look at the thread's locks: this is every slow path's way in.
-        let k = key(self);
-        let (here, any) = HELD
-            .try_with(|h| {
-                let h = h.borrow();
-                (h.contains(&k), !h.is_empty())
-            })
-            .unwrap_or((false, false));
-        if here {
+        if held_here(self) {
             panic!(
                 "vrampool: the pool was called from a wgpu callback (map_async, on_submitted_work_done, an \
                  uncaptured-error handler) that wgpu ran inside this pool's own work on this thread, while it \
@@ -384,7 +376,7 @@ impl Inner {
                  (set a flag or send a message from the callback)"
             );
         }
-        if any {
+        if held_anywhere() {
             return self.engine_beside_another();
         }
         // A panic while the lock was held cannot leave the engine half-updated in
@@ -400,41 +392,46 @@ impl Inner {
         let mut registered: Option<Registered> = None;
         let mut tries = 0u32;
         loop {
-            let guard = match self.engine_try_lock() {
-                Ok(guard) => guard,
-                Err(TryLockError::Poisoned(e)) => e.into_inner(),
-                Err(TryLockError::WouldBlock) => {
-                    let mut w = waits();
-                    match &registered {
-                        None => registered = Some(Registered::new(&mut w, key(self))),
-                        Some(me) if w.in_a_cycle(me.0) => {
-                            // Out of the registry before its lock is let go,
-                            // so no other thread of the cycle finds it too.
-                            let me = me.0;
-                            w.waiters.retain(|x| x.thread != me);
-                            drop(w);
-                            panic!(
-                                "vrampool: a wgpu callback that runs inside another pool's work on this thread \
-                                 called this pool, whose lock is held by a thread that waits (directly or \
-                                 through others) for a pool lock this thread holds: each would wait for the \
-                                 other forever. Make the call after the callback returns (set a flag or send \
-                                 a message from the callback)"
-                            );
-                        }
-                        Some(_) => {}
-                    }
+            if let Some(engine) = self.engine_if_free() {
+                drop(registered);
+                return engine;
+            }
+            let mut w = waits();
+            match &registered {
+                None => registered = Some(Registered::new(&mut w, key(self))),
+                Some(me) if w.in_a_cycle(me.0) => {
+                    // Out of the registry before its lock is let go, so no
+                    // other thread of the cycle finds it too.
+                    let me = me.0;
+                    w.waiters.retain(|x| x.thread != me);
                     drop(w);
-                    tries += 1;
-                    if tries < 64 {
-                        std::thread::yield_now();
-                    } else {
-                        std::thread::sleep(Duration::from_micros(100));
-                    }
-                    continue;
+                    panic!(
+                        "vrampool: a wgpu callback that runs inside another pool's work on this thread \
+                         called this pool, whose lock is held by a thread that waits (directly or \
+                         through others) for a pool lock this thread holds: each would wait for the \
+                         other forever. Make the call after the callback returns (set a flag or send \
+                         a message from the callback)"
+                    );
                 }
-            };
-            drop(registered);
-            return EngineGuard::new(self, guard);
+                Some(_) => {}
+            }
+            drop(w);
+            tries += 1;
+            if tries < 64 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(100));
+            }
+        }
+    }
+
+    /// The engine's lock if no other thread holds it now (a poisoned one
+    /// recovered, as [`Inner::engine`] does).
+    fn engine_if_free(&self) -> Option<EngineGuard<'_>> {
+        match self.engine_try_lock() {
+            Ok(guard) => Some(EngineGuard::new(self, guard)),
+            Err(TryLockError::Poisoned(e)) => Some(EngineGuard::new(self, e.into_inner())),
+            Err(TryLockError::WouldBlock) => None,
         }
     }
 
@@ -446,11 +443,7 @@ impl Inner {
             return None;
         }
         if held_anywhere() {
-            return match self.engine_try_lock() {
-                Ok(guard) => Some(EngineGuard::new(self, guard)),
-                Err(TryLockError::Poisoned(e)) => Some(EngineGuard::new(self, e.into_inner())),
-                Err(TryLockError::WouldBlock) => None,
-            };
+            return self.engine_if_free();
         }
         Some(self.engine())
     }
@@ -464,11 +457,8 @@ impl Inner {
         // Orders the queue's flag store before the try-lock, against the
         // holder's unlock before it reads the flag (`EngineGuard`'s drop).
         std::sync::atomic::fence(Ordering::SeqCst);
-        match self.engine_try_lock() {
-            Ok(guard) => drop(EngineGuard::new(self, guard)),
-            Err(TryLockError::Poisoned(e)) => drop(EngineGuard::new(self, e.into_inner())),
-            Err(TryLockError::WouldBlock) => {}
-        }
+        // Released at once: the guard's drop does what waits.
+        drop(self.engine_if_free());
     }
 
     /// Gives back a block whose last handle was dropped, or cancels a plan:

@@ -73,9 +73,8 @@ pub fn pool_memory_hints() -> wgpu::MemoryHints {
 #[cfg(not(target_arch = "wasm32"))]
 pub fn example_device()
 -> std::result::Result<(wgpu::Device, wgpu::Queue), Box<dyn std::error::Error>> {
-    let desc = wgpu::InstanceDescriptor::new_without_display_handle();
-    let backends = wgpu::Backends::from_env().unwrap_or(desc.backends);
-    let instance = wgpu::Instance::new(wgpu::InstanceDescriptor { backends, ..desc });
+    let instance =
+        wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
     let adapter =
         pollster::block_on(instance.request_adapter(&Default::default())).map_err(|e| {
             format!(
