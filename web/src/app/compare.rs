@@ -16,7 +16,7 @@ use super::page::{Page, TICK, now_s, rest_of_tick, sleep};
 use super::peak::PeakPanel;
 use super::replay::fetch_bytes;
 use super::segments::{SegmentCanvas, SegmentLegend};
-use crate::model::axes::{Tick, byte_ticks, event_ticks, grouped};
+use crate::model::axes::{Tick, byte_ticks, event_ticks, grouped, polyline};
 use crate::model::{
     Compare, LaneFigures, ModelCell, Moment, POLICIES, SAMPLES, SeriesPoint, SimDevice,
     expandable_budget, smallest_budget_of,
@@ -147,11 +147,11 @@ impl Geometry {
             .unwrap_or(0);
         let top = highest.max(1 << 20) as f64 * 1.08;
         let line = |get: &dyn Fn(&SeriesPoint) -> u64| {
-            std::iter::once((0.0, 0))
-                .chain(v.series.iter().map(|p| (p.event as f64, get(p))))
-                .map(|(e, b)| format!("{:.1},{:.1}", Self::x(v.events, e), CHART.y(b as f64 / top)))
-                .collect::<Vec<_>>()
-                .join(" ")
+            polyline(
+                std::iter::once((0.0, 0))
+                    .chain(v.series.iter().map(|p| (p.event as f64, get(p))))
+                    .map(|(e, b)| (Self::x(v.events, e), CHART.y(b as f64 / top))),
+            )
         };
         Geometry {
             events: v.events,

@@ -12,7 +12,7 @@ use vrampool::fmt_bytes;
 use super::chart::{Frame, axes, pointer_fraction, swatch};
 use super::page::Page;
 use crate::model::Point;
-use crate::model::axes::{Tick, byte_ticks, second_ticks};
+use crate::model::axes::{Tick, byte_ticks, polyline, second_ticks};
 
 /// The chart's viewBox.
 const FRAME: Frame = Frame::new(800.0, 230.0);
@@ -54,11 +54,7 @@ impl Scale {
 
     /// The `points` attribute of a polyline through `get` of each point.
     fn polyline(self, points: &VecDeque<Point>, get: fn(&Point) -> u64) -> String {
-        points
-            .iter()
-            .map(|p| format!("{:.1},{:.1}", self.x(p.t), self.y(get(p))))
-            .collect::<Vec<_>>()
-            .join(" ")
+        polyline(points.iter().map(|p| (self.x(p.t), self.y(get(p)))))
     }
 }
 

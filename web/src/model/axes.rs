@@ -1,6 +1,6 @@
 //! Axis ticks a person can read: byte values on round binary steps
 //! (1, 2, 4 … KiB / MiB / GiB) and counts or seconds on 1-2-5 steps, each
-//! with its label and unit.
+//! with its label and unit; and the points of a chart's lines.
 
 /// A tick: where it falls (in the axis's value) and what it says.
 #[derive(Debug, Clone, PartialEq)]
@@ -104,6 +104,39 @@ pub fn second_ticks(from: f64, to: f64, most: usize) -> Vec<Tick> {
             format!("{v:.0} s")
         }
     })
+}
+
+/// The `points` attribute of an SVG polyline through `xy`, each coordinate
+/// to a tenth of a unit (of the viewBox: a tenth of a pixel or finer). The
+/// tenths are written as integers: `format!("{:.1}")`, a float formatting
+/// per coordinate, was most of a chart's redraw in wasm.
+///
+/// ```
+/// # use vrampool_web::model::axes::polyline;
+/// assert_eq!(polyline([(62.0, 236.04), (70.25, -0.04), (-1.06, 8.0)]), "62.0,236.0 70.3,0.0 -1.1,8.0");
+/// ```
+pub fn polyline(xy: impl IntoIterator<Item = (f64, f64)>) -> String {
+    let mut s = String::new();
+    for (x, y) in xy {
+        if !s.is_empty() {
+            s.push(' ');
+        }
+        push_tenths(&mut s, x);
+        s.push(',');
+        push_tenths(&mut s, y);
+    }
+    s
+}
+
+/// `v` to a tenth (halves away from zero), as `{:.1}` writes it.
+fn push_tenths(s: &mut String, v: f64) {
+    use std::fmt::Write;
+    let tenths = (v * 10.0).round() as i64;
+    if tenths < 0 {
+        s.push('-');
+    }
+    let t = tenths.unsigned_abs();
+    let _ = write!(s, "{}.{}", t / 10, t % 10);
 }
 
 #[cfg(test)]
