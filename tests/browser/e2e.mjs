@@ -77,11 +77,24 @@ try {
     };
   };
   // The page keeps the vsync while it replays: at most 1 frame in 20 late
-  // (over 1.5 × the median frame, itself the display's period).
-  const assertSmooth = (what, f) => {
+  // (over 1.5 × the median frame, itself the display's period) over every
+  // replay measured (`assertSmooth`, ~160 frames), and no one replay
+  // late on more than 1 frame in 6 (`assertReplayKeepsUp`). Each replay
+  // alone is ~50 frames, and 1 in 20 of it 2 frames, while a 2-core,
+  // CPU-rendered machine drops 1-2.5 % of frames whatever the page does
+  // (BENCHMARKS.md, "The page in the browser"): at 2 %, one of three such
+  // bounds fails about one run in five (binomial); over 160 frames about
+  // one in a hundred.
+  const lateOf = (f) => `${f.frames_over_1_5_vsync} of ${f.frames} frames late (p50 ${f.p50_ms.toFixed(1)} ms, p95 ${f.p95_ms.toFixed(1)}, max ${f.max_ms.toFixed(1)})`;
+  const assertReplayKeepsUp = (what, f) => {
     assert.ok(f.frames >= 20, `${what}: ${f.frames} frames recorded`);
-    assert.ok(f.frames_over_1_5_vsync <= f.frames / 20,
-      `${what}: ${f.frames_over_1_5_vsync} of ${f.frames} frames late (p50 ${f.p50_ms.toFixed(1)} ms, p95 ${f.p95_ms.toFixed(1)}, max ${f.max_ms.toFixed(1)})`);
+    assert.ok(f.frames_over_1_5_vsync <= f.frames / 6, `${what}: ${lateOf(f)}`);
+  };
+  const assertSmooth = (all) => {
+    const late = Object.values(all).reduce((n, f) => n + f.frames_over_1_5_vsync, 0);
+    const total = Object.values(all).reduce((n, f) => n + f.frames, 0);
+    assert.ok(late <= total / 20, `${late} of ${total} frames late over the replays: ${Object.entries(all).map(([k, f]) => `${k} ${lateOf(f)}`).join('; ')}`);
+    return `${late} of ${total} frames late over ${Object.keys(all).length} replays`;
   };
   // The simulated device of the page's side-by-side view, for the harness.
   const simDevice = ['--capacity', String(4 * 2 ** 30), '--max-buffer-size', String(256 * 2 ** 20)];
@@ -272,7 +285,7 @@ try {
     assert.ok(roundsTo(vr, native.peak_reserved / native.peak_live), status);
     assert.ok(roundsTo(pr, pytorch.peak_reserved / native.peak_live), status);
     frames[name] = f;
-    assertSmooth(`replaying ${name}`, f);
+    assertReplayKeepsUp(`replaying ${name}`, f);
     replayed[name] = native;
   }
 
@@ -318,7 +331,8 @@ try {
   assert.match(summary, /vrampool reserved at most [\d.]+ MiB \([\d.]+ × peak live\) with \d+ device allocations; PyTorch's scheme [\d.]+ MiB \([\d.]+ ×\) with \d+/);
   step(`side by side: ${summary} (figures updated ${updates.toFixed(1)} times a second)`);
   frames.compare_resnet_train = frameFigures(cft, 7098, (await num('#compare-table', 'data-millis')) / 1000);
-  assertSmooth('resnet_train side by side', frames.compare_resnet_train);
+  assertReplayKeepsUp('resnet_train side by side', frames.compare_resnet_train);
+  step(`frames: ${assertSmooth(frames)}`);
   // The stacked view at the peak: a band for each of the 120 largest
   // allocations live when live bytes first reach their peak, one for the
   // rest of them, one for what is not live at the peak.
