@@ -407,6 +407,60 @@ fn callbacks_of_two_pools_reading_each_other_on_two_threads_end_in_one_panic_not
 }
 
 #[test]
+fn a_callback_reading_another_pool_that_threads_hammer_is_served() {
+    // Pool A's map callback runs inside A's poll (A's lock held) and reads
+    // pool B's stats() while four threads allocate and free on B in a loop,
+    // each operation under B's lock. The callback's wait is registered
+    // (it holds A's lock) and blocks on B's lock like theirs: it is served,
+    // and B's books hold after.
+    let (a, b) = (pool(Reuse::Immediate), pool(Reuse::Immediate));
+    let stop = Arc::new(AtomicBool::new(false));
+    let ops = Arc::new(AtomicUsize::new(0));
+    let hammers: Vec<_> = (0..4)
+        .map(|_| {
+            let (b, stop, ops) = (Arc::clone(&b), Arc::clone(&stop), Arc::clone(&ops));
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::SeqCst) {
+                    drop(b.alloc(small("hammer")).unwrap());
+                    ops.fetch_add(1, Ordering::SeqCst);
+                }
+            })
+        })
+        .collect();
+    while ops.load(Ordering::SeqCst) < 1000 {
+        std::thread::yield_now();
+    }
+    let theirs = Arc::downgrade(&b);
+    let waited = finishes("a read of a hammered pool from a callback", move || {
+        let waited = Arc::new(Mutex::new(None));
+        let w = Arc::clone(&waited);
+        let staging = map_with(&a, move || {
+            let t = std::time::Instant::now();
+            let allocs = theirs.upgrade().unwrap().stats().counters.allocs;
+            *w.lock().unwrap() = Some((t.elapsed(), allocs));
+        });
+        drop(a.alloc(new_segment()).unwrap());
+        drop(staging);
+        waited.lock().unwrap().take()
+    });
+    stop.store(true, Ordering::SeqCst);
+    for h in hammers {
+        h.join().expect("a hammering thread");
+    }
+    let (wait, allocs) = waited.expect("the callback did not run inside the allocation");
+    eprintln!(
+        "the callback's read waited {wait:?} for the lock, beside 4 threads' {} operations",
+        ops.load(Ordering::SeqCst)
+    );
+    assert!(
+        allocs >= 1000,
+        "the read saw {allocs} allocations, the threads had made 1000 or more"
+    );
+    assert_eq!(allocated(&b), 0);
+    b.check_invariants().unwrap();
+}
+
+#[test]
 fn an_async_allocation_from_one_pools_callback_while_another_thread_awaits_the_device_is_refused() {
     // Thread B is inside pool B's `alloc_async` (its gate held: one
     // allocation at a time awaits the device), and its map callback, run by
