@@ -410,15 +410,23 @@ fn callbacks_of_two_pools_reading_each_other_on_two_threads_end_in_one_panic_not
 fn a_callback_reading_another_pool_that_threads_hammer_is_served() {
     // Pool A's map callback runs inside A's poll (A's lock held) and reads
     // pool B's stats() while four threads allocate and free on B in a loop,
-    // each operation under B's lock. The callback's wait is registered
-    // (it holds A's lock) and blocks on B's lock like theirs: it is served,
-    // and B's books hold after.
+    // each operation under B's lock. The callback's wait is registered (it
+    // holds A's lock) and polls B's lock between theirs: it is served, and
+    // B's books hold after.
     let (a, b) = (pool(Reuse::Immediate), pool(Reuse::Immediate));
-    let stop = Arc::new(AtomicBool::new(false));
+    /// Stops the threads however the test ends (a failure included, so
+    /// they do not hammer on beside the next tests).
+    struct Stop(Arc<AtomicBool>);
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+    let stop = Stop(Arc::new(AtomicBool::new(false)));
     let ops = Arc::new(AtomicUsize::new(0));
     let hammers: Vec<_> = (0..4)
         .map(|_| {
-            let (b, stop, ops) = (Arc::clone(&b), Arc::clone(&stop), Arc::clone(&ops));
+            let (b, stop, ops) = (Arc::clone(&b), Arc::clone(&stop.0), Arc::clone(&ops));
             std::thread::spawn(move || {
                 while !stop.load(Ordering::SeqCst) {
                     drop(b.alloc(small("hammer")).unwrap());
@@ -427,7 +435,17 @@ fn a_callback_reading_another_pool_that_threads_hammer_is_served() {
             })
         })
         .collect();
+    let began = std::time::Instant::now();
     while ops.load(Ordering::SeqCst) < 1000 {
+        assert!(
+            !hammers.iter().any(|h| h.is_finished()),
+            "a hammering thread stopped (its panic is above)"
+        );
+        assert!(
+            began.elapsed() < Duration::from_secs(60),
+            "four threads made {} operations in a minute",
+            ops.load(Ordering::SeqCst)
+        );
         std::thread::yield_now();
     }
     let theirs = Arc::downgrade(&b);
@@ -443,7 +461,7 @@ fn a_callback_reading_another_pool_that_threads_hammer_is_served() {
         drop(staging);
         waited.lock().unwrap().take()
     });
-    stop.store(true, Ordering::SeqCst);
+    drop(stop);
     for h in hammers {
         h.join().expect("a hammering thread");
     }

@@ -128,7 +128,9 @@ pub fn polyline(xy: impl IntoIterator<Item = (f64, f64)>) -> String {
     s
 }
 
-/// `v` to a tenth (halves away from zero), as `{:.1}` writes it.
+/// `v` to a tenth: ×10 rounded half away from zero (`{:.1}` rounds the
+/// exact value, ties to even, so a tie may differ by a tenth; −0 is
+/// written 0.0).
 fn push_tenths(s: &mut String, v: f64) {
     use std::fmt::Write;
     let tenths = (v * 10.0).round() as i64;
