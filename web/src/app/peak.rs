@@ -8,7 +8,7 @@ use vrampool::fmt_bytes;
 
 use super::chart::{Frame, axes, pointer_fraction, swatch};
 use super::page::Page;
-use crate::model::axes::{Tick, byte_ticks, event_ticks, grouped};
+use crate::model::axes::{Tick, byte_ticks, event_ticks, grouped, polyline};
 use crate::model::{Band, BandKind, PeakStack, SIZE_CLASSES, size_class};
 
 /// The chart's viewBox.
@@ -53,12 +53,7 @@ fn shape(s: &PeakStack, b: &Band, top: f64) -> Shape {
         upper = vec![(x - 1.0, y(hi)), (x + 1.0, y(hi))];
         lower = vec![(x - 1.0, y(lo)), (x + 1.0, y(lo))];
     }
-    let points = upper
-        .iter()
-        .chain(lower.iter().rev())
-        .map(|(x, y)| format!("{x:.1},{y:.1}"))
-        .collect::<Vec<_>>()
-        .join(" ");
+    let points = polyline(upper.iter().chain(lower.iter().rev()).copied());
     let (class, title) = match b.kind {
         BandKind::One {
             size,

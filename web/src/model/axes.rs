@@ -106,7 +106,7 @@ pub fn second_ticks(from: f64, to: f64, most: usize) -> Vec<Tick> {
     })
 }
 
-/// The `points` attribute of an SVG polyline through `xy`, each coordinate
+/// The `points` attribute of an SVG polyline (or polygon) through `xy`, each coordinate
 /// to a tenth of a unit (of the viewBox: a tenth of a pixel or finer). The
 /// tenths are written as integers: `format!("{:.1}")`, a float formatting
 /// per coordinate, was most of a chart's redraw in wasm.
