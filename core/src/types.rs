@@ -36,6 +36,23 @@ pub struct Request {
     /// they are submitted. `false` by default: the wgpu binding's blocks never
     /// move.
     pub relocatable: bool,
+    /// The block must hold bytes no owner held before: a new segment serves
+    /// it (wgpu zeroes a new buffer), never a cached block. The wgpu binding
+    /// asks this for a zeroed block it cannot clear on the GPU: an upload
+    /// buffer (`MAP_WRITE`, which WebGPU lets combine only with `COPY_SRC`,
+    /// so no `clear_buffer` or copy can reach it). `false` by default.
+    ///
+    /// ```
+    /// use vrampool::{Config, Engine, Request, SimulatedDevice};
+    /// let mut e = Engine::new(SimulatedDevice::new(1 << 30), Config::default())?;
+    /// let used = e.allocate(Request::new(4096, 1))?;
+    /// e.free(used.id)?;
+    /// let fresh = e.allocate(Request { fresh: true, ..Request::new(4096, 1) })?;
+    /// assert!(fresh.fresh && fresh.segment != used.segment);
+    /// assert_eq!(e.stats().counters.cache_misses, 2);
+    /// # Ok::<(), vrampool::Error>(())
+    /// ```
+    pub fresh: bool,
 }
 
 impl Request {

@@ -22,6 +22,8 @@ enum Op {
         usage: u32,
         exclusive: bool,
         group: u8,
+        /// Request::fresh: served by a new segment, never a used block.
+        fresh: bool,
     },
     /// Plans an allocation and cancels the plan if it needs a segment.
     PlanCancel(u64),
@@ -50,7 +52,8 @@ fn size() -> impl Strategy<Value = u64> {
 fn op() -> impl Strategy<Value = Op> {
     let fault = prop_oneof![4 => Just(Fault::OutOfMemory), 1 => Just(Fault::Lost)];
     prop_oneof![
-        12 => (size(), 0u32..3, proptest::bool::weighted(0.1), 0u8..2).prop_map(|(size, usage, exclusive, group)| Op::Alloc { size, usage, exclusive, group }),
+        12 => (size(), 0u32..3, proptest::bool::weighted(0.1), 0u8..2, proptest::bool::weighted(0.1))
+            .prop_map(|(size, usage, exclusive, group, fresh)| Op::Alloc { size, usage, exclusive, group, fresh }),
         1 => size().prop_map(Op::PlanCancel),
         4 => any::<usize>().prop_map(Op::Free),
         4 => any::<usize>().prop_map(Op::DeferFree),
@@ -184,11 +187,19 @@ proptest! {
         };
         for op in ops {
             match op {
-                Op::Alloc { size, usage, exclusive, group } => {
+                Op::Alloc { size, usage, exclusive, group, fresh } => {
                     let before = engine.stats();
-                    match engine.allocate(Request { size, usage, exclusive, group, ..Request::default() }) {
+                    match engine.allocate(Request { size, usage, exclusive, group, fresh, ..Request::default() }) {
                         Ok(a) => {
                             let r = range(&engine, &a);
+                            if fresh {
+                                prop_assert!(a.fresh, "a fresh request got a used block");
+                                prop_assert_eq!(
+                                    engine.stats().counters.device_allocs,
+                                    before.counters.device_allocs + 1,
+                                    "a fresh request is served by a new segment"
+                                );
+                            }
                             prop_assert!(
                                 pending.iter().all(|p| r.1 <= p.0 || p.1 <= r.0),
                                 "a pending block's bytes were handed out again: {:?} over {:?}", r, pending

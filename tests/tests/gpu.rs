@@ -5,7 +5,7 @@
 
 use vrampool::fault::{Fault, Faults};
 use vrampool::{Access, AllocDesc, Config, Error, Limit, Pool, PoolBuffer, PoolOptions};
-use vrampool_tests::{Range, Rng, Tagger, device, pool_with};
+use vrampool_tests::{Range, Rng, Tagger, device, pool_with, read_back};
 use wgpu::BufferUsages as U;
 
 fn pool() -> Pool {
@@ -498,6 +498,70 @@ fn staging_buffers_are_reused_only_once_unmapped() {
     let again = pool.alloc(AllocDesc::storage(4096).usage(usage)).unwrap();
     assert_eq!(again.buffer(), &buffer, "the staging buffer was reused");
     assert!(read(&again).iter().all(|&b| b == 7), "and maps again");
+}
+
+#[test]
+fn a_zeroed_upload_buffer_reads_zeros_though_its_last_owner_wrote_it() {
+    // MAP_WRITE combines only with COPY_SRC, so nothing can clear a reused
+    // upload buffer on the GPU: a zeroed one must be a buffer no owner held.
+    let pool = pool();
+    let write = |block: &PoolBuffer, byte: u8| {
+        block
+            .slice()
+            .map_async(wgpu::MapMode::Write, |r| r.unwrap());
+        pool.device()
+            .poll(wgpu::PollType::wait_indefinitely())
+            .unwrap();
+        let size = block.size() as usize;
+        block
+            .slice()
+            .get_mapped_range_mut()
+            .unwrap()
+            .copy_from_slice(&vec![byte; size]);
+        block.buffer().unmap();
+    };
+    let first = pool.alloc(AllocDesc::upload(4096).zeroed()).unwrap();
+    assert!(read_back(&pool, &first).iter().all(|&b| b == 0));
+    write(&first, 0xab);
+    let buffer = first.buffer().clone();
+    drop(first);
+    pool.submitted();
+    // Control: not asked zeroed, the cached buffer is reused, bytes and all.
+    let plain = pool.alloc(AllocDesc::upload(4096)).unwrap();
+    assert_eq!(plain.buffer(), &buffer, "the upload buffer was reused");
+    assert!(read_back(&pool, &plain).iter().all(|&b| b == 0xab));
+    drop(plain);
+    pool.submitted();
+    let misses = pool.stats().counters.cache_misses;
+    let zeroed = pool.alloc(AllocDesc::upload(4096).zeroed()).unwrap();
+    assert_ne!(
+        zeroed.buffer(),
+        &buffer,
+        "a new buffer, not the written one"
+    );
+    assert_eq!(pool.stats().counters.cache_misses, misses + 1);
+    assert!(read_back(&pool, &zeroed).iter().all(|&b| b == 0));
+    // A readback buffer (MAP_READ | COPY_DST) can be cleared: reused, zeroed.
+    let readback = pool.alloc(AllocDesc::readback(4096)).unwrap();
+    pool.queue()
+        .write_buffer(readback.buffer(), readback.offset(), &[7u8; 4096]);
+    let kept = readback.buffer().clone();
+    drop(readback);
+    pool.submitted();
+    let again = pool.alloc(AllocDesc::readback(4096).zeroed()).unwrap();
+    assert_eq!(again.buffer(), &kept, "the readback buffer was reused");
+    again.slice().map_async(wgpu::MapMode::Read, |r| r.unwrap());
+    pool.device()
+        .poll(wgpu::PollType::wait_indefinitely())
+        .unwrap();
+    assert!(
+        again
+            .slice()
+            .get_mapped_range()
+            .unwrap()
+            .iter()
+            .all(|&b| b == 0)
+    );
 }
 
 #[test]

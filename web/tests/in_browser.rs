@@ -271,6 +271,46 @@ async fn bytes_written_to_a_block_read_back_through_a_pool_staging_buffer() {
 }
 
 #[wasm_bindgen_test]
+async fn a_zeroed_upload_buffer_reads_zeros_though_its_last_owner_wrote_it() {
+    // WebGPU lets MAP_WRITE combine only with COPY_SRC: nothing can clear a
+    // reused upload buffer, so a zeroed one is a new buffer (natively: gpu.rs).
+    let p = pool(None).await;
+    let first = p.alloc_async(AllocDesc::upload(4096)).await.unwrap();
+    let (tx, rx) = futures_channel::oneshot::channel();
+    first.slice().map_async(wgpu::MapMode::Write, move |r| {
+        let _ = tx.send(r);
+    });
+    rx.await.unwrap().unwrap();
+    first
+        .slice()
+        .get_mapped_range_mut()
+        .unwrap()
+        .copy_from_slice(&[0xab; 4096]);
+    first.buffer().unmap();
+    let buffer = first.buffer().clone();
+    drop(first);
+    p.submitted();
+    // Control: not asked zeroed, the cached buffer is reused, bytes and all.
+    let plain = p.alloc_async(AllocDesc::upload(4096)).await.unwrap();
+    assert_eq!(plain.buffer(), &buffer, "the upload buffer was reused");
+    let bytes = read(&p, plain.buffer(), plain.offset(), 4096).await;
+    assert!(bytes.iter().all(|&b| b == 0xab));
+    drop(plain);
+    p.submitted();
+    let zeroed = p
+        .alloc_async(AllocDesc::upload(4096).zeroed())
+        .await
+        .unwrap();
+    assert_ne!(
+        zeroed.buffer(),
+        &buffer,
+        "a new buffer, not the written one"
+    );
+    let bytes = read(&p, zeroed.buffer(), zeroed.offset(), 4096).await;
+    assert!(bytes.iter().all(|&b| b == 0));
+}
+
+#[wasm_bindgen_test]
 async fn a_device_refusal_in_the_browser_takes_the_ladder_and_changes_no_figure() {
     // The device refuses through the browser's asynchronous error scopes (the
     // fault injector answers them with wgpu's out-of-memory error): first

@@ -101,6 +101,9 @@ impl<B: Backend> Engine<B> {
         if !self.following.is_empty() {
             return None;
         }
+        if req.fresh {
+            return None;
+        }
         let (pool, class, rounded) = self.admit(req).ok()?;
         let b = self.find_cached(pool, class, rounded)?;
         self.tick += 1;
@@ -132,19 +135,22 @@ impl<B: Backend> Engine<B> {
     pub fn plan(&mut self, req: Request) -> Result<Planned> {
         let (pool, class, rounded) = self.admit(&req)?;
         self.tick += 1;
-        if let Some(b) = self.planned_block(pool, rounded) {
+        // A fresh request takes no block an owner held (Request::fresh).
+        let cached = !req.fresh;
+        if cached && let Some(b) = self.planned_block(pool, rounded) {
             self.counters.cache_hits += 1;
             let a = self.take_block(b, rounded, req);
             self.stop_following_if_used_up();
             return Ok(Planned::Hit(a));
         }
-        if let Some(b) = self.find_cached(pool, class, rounded) {
+        if cached && let Some(b) = self.find_cached(pool, class, rounded) {
             self.counters.cache_hits += 1;
             return Ok(Planned::Hit(self.take_block(b, rounded, req)));
         }
         // Memory the pool holds, made whole by moving relocatable blocks
         // out of the way, before a new segment.
-        if self.relocation_on(pool)
+        if cached
+            && self.relocation_on(pool)
             && let Some(b) = self.make_room(pool, class, rounded)
         {
             self.counters.cache_hits += 1;
@@ -166,6 +172,7 @@ impl<B: Backend> Engine<B> {
                 // Releasing cannot make room: a cached block of any class
                 // serves the request instead, and nothing is released for it.
                 if self.config.any_block_before_oom
+                    && cached
                     && hopeless
                     && let Some(b) = self.find_last_resort(pool, class, rounded)
                 {
@@ -197,6 +204,7 @@ impl<B: Backend> Engine<B> {
             if size > rounded && self.held() + rounded <= target {
                 size = self.fit(size, rounded, target);
             } else if self.config.pack_before_release
+                && cached
                 && self.recreated
                 && let Some(b) = self.find_any_fit(pool, class, rounded)
             {

@@ -182,7 +182,24 @@ impl<'a> AllocDesc<'a> {
         self.label = Some(label);
         self
     }
-    /// Asks for zeroed memory.
+    /// Asks for zeroed memory, as a new wgpu buffer is: a reused block is
+    /// cleared on the queue (`clear_buffer`) before it is handed out. An
+    /// upload buffer (`MAP_WRITE | COPY_SRC`) cannot be cleared that way —
+    /// WebGPU lets `MAP_WRITE` combine with nothing else — so a zeroed one is
+    /// always a new buffer, never a cached one ([`Request::fresh`](crate::Request::fresh)).
+    ///
+    /// ```
+    /// # let (device, queue) = vrampool::example_device()?;
+    /// use vrampool::{AllocDesc, Pool, PoolOptions};
+    /// let pool = Pool::new(device, queue, PoolOptions::default())?;
+    /// let upload = pool.alloc(AllocDesc::upload(4096))?;
+    /// let used = upload.buffer().clone();
+    /// drop(upload);
+    /// pool.submitted();
+    /// let zeroed = pool.alloc(AllocDesc::upload(4096).zeroed())?;
+    /// assert_ne!(zeroed.buffer(), &used); // a new buffer: wgpu zeroed it
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn zeroed(mut self) -> Self {
         self.zeroed = true;
         self
@@ -315,6 +332,10 @@ impl<'a> AllocDesc<'a> {
             group,
             label: self.label.map(Arc::from),
             relocatable: false,
+            // A reused block is cleared with clear_buffer, which needs
+            // COPY_DST; a buffer WebGPU lets have none (MAP_WRITE | COPY_SRC)
+            // is zeroed by being new.
+            fresh: self.zeroed && !pool_usage.contains(U::COPY_DST),
         })
     }
 }

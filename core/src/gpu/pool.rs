@@ -571,6 +571,7 @@ impl Pool {
         // (lock.rs) drops it, and the block goes back.
         let handle = PoolBuffer::new(Arc::new(block));
         drop(engine);
+        debug_assert!(!req.fresh || a.fresh, "a fresh request got a used block");
         if desc.zeroed && !a.fresh {
             self.zero(&handle);
         }
