@@ -38,11 +38,14 @@ impl SimulatedDevice {
         Self::with_max_buffer_size(capacity, capacity)
     }
 
-    /// A device of `capacity` bytes whose largest buffer is `max_buffer_size`.
+    /// A device of `capacity` bytes whose largest buffer is `max_buffer_size`
+    /// (each at most 2^62 bytes, 4 EiB: a larger figure is taken as that, so
+    /// sums of what it holds stay within a u64).
     pub fn with_max_buffer_size(capacity: u64, max_buffer_size: u64) -> Self {
+        const MAX: u64 = 1 << 62;
         SimulatedDevice {
-            capacity,
-            max_buffer_size,
+            capacity: capacity.min(MAX),
+            max_buffer_size: max_buffer_size.min(MAX),
             used: 0,
             peak_used: 0,
             creates: 0,
@@ -91,7 +94,7 @@ impl Backend for SimulatedDevice {
                 desc.size, self.max_buffer_size
             )));
         }
-        if self.used + desc.size > self.capacity {
+        if self.used.saturating_add(desc.size) > self.capacity {
             return Err(DeviceError::OutOfMemory);
         }
         self.used += desc.size;

@@ -695,3 +695,78 @@ fn a_device_refusal_after_a_partial_release_releases_all_the_cache() {
     );
     assert_eq!(faults.held(), 0);
 }
+
+#[test]
+fn a_profile_with_unaligned_segment_sizes_still_hands_out_aligned_blocks() {
+    // small_segment of 1 000 000 B (not a multiple of 256): the segment is
+    // made of whole alignment units, so no tail block of odd size exists for
+    // a relocated block to split off at an odd offset (a review's sequence).
+    let mut config = Config::default();
+    config.without_limit.small_segment = 1_000_000;
+    let mut e = Engine::new(SimulatedDevice::new(1 << 30), config).unwrap();
+    let p = e.allocate(Request::new(499_712, 0)).unwrap();
+    let a = e
+        .allocate(Request {
+            relocatable: true,
+            ..Request::new(500_100, 0)
+        })
+        .unwrap();
+    let q = e.allocate(Request::new(400_128, 0)).unwrap();
+    e.free(p.id).unwrap();
+    let r = e.allocate(Request::new(999_936, 0)).unwrap();
+    e.take_moves();
+    let s = e.allocate(Request::new(1000, 0)).unwrap();
+    for x in [&a, &q, &r, &s] {
+        assert_eq!(x.offset % 256, 0, "{x:?}");
+    }
+    for seg in e.snapshot().segments {
+        assert_eq!(seg.size % 256, 0, "segment {} of {} B", seg.id, seg.size);
+        for b in &seg.blocks {
+            assert_eq!(b.offset % 256, 0, "a block at {} in {seg:?}", b.offset);
+        }
+    }
+    e.check_invariants().unwrap();
+}
+
+#[test]
+fn sizes_near_u64_max_are_errors_or_served_never_an_overflow() {
+    // A growth setting that validates, asking for a small segment of
+    // u64::MAX bytes: clamped to the largest buffer.
+    let mut config = Config::default();
+    config.without_limit.small_segment_growth = 1e13;
+    let mut e = Engine::new(SimulatedDevice::new(64 << 30), config).unwrap();
+    for _ in 0..3 {
+        e.allocate(Request::new(1 << 20, 0)).unwrap();
+    }
+    e.check_invariants().unwrap();
+    // A device that claims every byte a u64 can count.
+    let mut e = Engine::new(SimulatedDevice::new(u64::MAX), Config::default()).unwrap();
+    assert!(matches!(
+        e.allocate(Request::new(u64::MAX - 4095, 0)),
+        Err(Error::TooLarge { .. })
+    ));
+    let big = e.allocate(Request::new(1 << 61, 0)).unwrap();
+    let _ = e.allocate(Request::new(1 << 61, 0)); // served or out of memory
+    e.free(big.id).unwrap();
+    e.check_invariants().unwrap();
+    let prealloc = Config {
+        growth: Growth::Preallocate(u64::MAX),
+        ..Config::default()
+    };
+    assert!(Engine::new(SimulatedDevice::new(u64::MAX), prealloc).is_err());
+}
+
+#[test]
+fn a_minimum_split_remainder_of_zero_leaves_no_empty_block() {
+    let mut config = Config::default();
+    config.without_limit.min_split_remainder = 0;
+    config.without_limit.split_remainder_fraction = 0.0;
+    let mut e = Engine::new(SimulatedDevice::new(1 << 30), config).unwrap();
+    let a = e.allocate(Request::new(64 << 20, 0)).unwrap();
+    e.free(a.id).unwrap();
+    let _b = e.allocate(Request::new(64 << 20, 0)).unwrap(); // an exact fit
+    for seg in e.snapshot().segments {
+        assert!(seg.blocks.iter().all(|b| b.size > 0), "{seg:?}");
+    }
+    e.check_invariants().unwrap();
+}

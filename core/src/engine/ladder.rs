@@ -334,7 +334,7 @@ impl<B: Backend> Engine<B> {
         }
         let peak = self
             .high_water
-            .max(self.total.allocated_bytes.current + rounded);
+            .max(self.total.allocated_bytes.current.saturating_add(rounded));
         Some(
             ((peak as f64 * (1.0 + h)) as u64)
                 .saturating_add(self.headroom_credit)

@@ -201,7 +201,7 @@ impl<B: Backend> Engine<B> {
         let p = &self.pools[pool as usize];
         let key = self.key(class);
         let refused = |size: u64| match class {
-            SegmentClass::Exclusive => size > rounded + rounded / 4,
+            SegmentClass::Exclusive => size > rounded.saturating_add(rounded / 4),
             SegmentClass::Large if fit == Fit::Any => false,
             SegmentClass::Large => {
                 let fit = if self.split_guarded(size) {
@@ -317,6 +317,8 @@ impl<B: Backend> Engine<B> {
             SegmentClass::Large => round_up(rounded, self.placement().large_rounding.max(1)),
             SegmentClass::Exclusive | SegmentClass::Preallocated | SegmentClass::Planned => rounded,
         };
-        s.min(self.max_segment).max(rounded)
+        // Whole alignment units (a profile's sizes need not be), so every
+        // block's offset stays aligned; never above the largest buffer.
+        (s.min(self.max_segment) & !(self.config.alignment - 1)).max(rounded)
     }
 }

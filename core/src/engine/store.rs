@@ -153,8 +153,12 @@ pub(super) fn log_free(recorder: &mut Option<Recorder>, recording: u64, row: Opt
     }
 }
 
+/// `x` rounded up to a multiple of `to`; the largest multiple that fits a
+/// `u64` where that would overflow (a size near `u64::MAX`, which only a
+/// growth setting or a simulated device of that capacity can ask for: the
+/// caller clamps it to the largest segment).
 pub(super) fn round_up(x: u64, to: u64) -> u64 {
-    x.div_ceil(to) * to
+    x.checked_next_multiple_of(to).unwrap_or(u64::MAX / to * to)
 }
 
 impl<B: Backend> Engine<B> {
@@ -241,7 +245,7 @@ impl<B: Backend> Engine<B> {
         self.counters.bytes_created += size;
         self.pools[pool as usize].used = true;
         let address = self.next_address;
-        self.next_address += round_up(size, 2 << 20);
+        self.next_address = self.next_address.saturating_add(round_up(size, 2 << 20));
         let index = match self.vacant_segments.pop() {
             Some(i) => i,
             None => {
@@ -301,14 +305,16 @@ impl<B: Backend> Engine<B> {
         let entry = self.entry_of(key, b);
         self.pools[pool].free.remove(key, entry, b);
         let remainder = size - rounded;
-        let split = match class {
-            SegmentClass::Exclusive => false,
-            SegmentClass::Large => remainder >= self.min_split_remainder(),
-            SegmentClass::Medium if self.config.shared_large_pool => {
-                remainder >= self.min_split_remainder()
-            }
-            _ => remainder >= self.config.alignment,
-        };
+        // Nothing to split off an exact fit, whatever the profile's minimum.
+        let split = remainder > 0
+            && match class {
+                SegmentClass::Exclusive => false,
+                SegmentClass::Large => remainder >= self.min_split_remainder(),
+                SegmentClass::Medium if self.config.shared_large_pool => {
+                    remainder >= self.min_split_remainder()
+                }
+                _ => remainder >= self.config.alignment,
+            };
         let block_size = if split {
             self.split_off(b, rounded, pool, key);
             rounded
