@@ -912,6 +912,18 @@ fn bad_requests_are_refused() {
         &[],
         "--resize 0: a factor must be a positive number",
     );
+    // A factor past what a size can count: the sizes hold at the largest
+    // (no wrap to a small trace with believable figures), so no buffer fits.
+    refuses(
+        &["corpus", "--resize", "1e300", &t],
+        &[],
+        "but the device allows at most",
+    );
+    refuses(
+        &["replay", "--simulate", "--max-buffer-size", "0", &t],
+        &[],
+        "--max-buffer-size 0: a buffer must hold at least 1 byte",
+    );
     refuses(
         &["corpus", "no/such/folder"],
         &[],
@@ -978,6 +990,14 @@ fn bad_requests_are_refused() {
         &[],
         "not even a batch of 1 fits",
     );
+    // A budget of 8 EiB: the simulated device twice its size saturates.
+    let huge = vrampool()
+        .args(["workload", "--simulate", "--steps", "2"])
+        .args(["--budget", "9223372036854775808", "--json"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&huge.stderr);
+    assert!(huge.status.success() && !err.contains("panicked"), "{err}");
     refuses(
         &["replay", "--adapter", "no-such-gpu", &t],
         &[],

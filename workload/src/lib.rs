@@ -185,7 +185,10 @@ pub fn dry_run(c: &MlpConfig, budget: u64, steps: u32) -> Result<Stats, Error> {
         limit: Some(Limit::Bytes(budget)),
         ..Config::default()
     };
-    let mut e = Engine::new(SimulatedDevice::new(budget.max(1 << 30) * 2), config)?;
+    let mut e = Engine::new(
+        SimulatedDevice::new(budget.max(1 << 30).saturating_mul(2)),
+        config,
+    )?;
     let tensors = plan(c);
     let mut keep = Vec::new();
     for t in tensors.iter().filter(|t| t.persistent) {

@@ -140,6 +140,15 @@ impl<R: Read> Read for LineLimit<R> {
     }
 }
 
+/// `x` rounded up to PyTorch's 512-byte granularity, at least 512; the
+/// largest multiple of 512 a `u64` holds where rounding up would overflow
+/// (`as u64` already held a product past `u64::MAX` at `u64::MAX`).
+fn granule(x: u64) -> u64 {
+    x.checked_next_multiple_of(512)
+        .unwrap_or(u64::MAX / 512 * 512)
+        .max(512)
+}
+
 impl Trace {
     /// Reads a trace file, plain or gzip-compressed (detected by its magic
     /// bytes), streaming: memory grows with the events, not with the file.
@@ -395,9 +404,11 @@ impl Trace {
     /// Returns a copy with every size multiplied by `factor` and rounded up to
     /// PyTorch's 512-byte granularity: the same workload with bigger or smaller
     /// tensors (a batch size ×1.1, say), to check a policy is not tuned to one
-    /// exact set of sizes.
+    /// exact set of sizes. A size a factor takes past what a `u64` counts is
+    /// held at the largest it can (so [`Trace::largest`] says it fits no
+    /// buffer), never wrapped round to a small one.
     pub fn resized(&self, factor: f64) -> Trace {
-        self.map_sizes(|s| (((s as f64 * factor).ceil() as u64).div_ceil(512) * 512).max(512))
+        self.map_sizes(|s| granule((s as f64 * factor).ceil() as u64))
     }
 
     /// Returns a copy with every distinct size multiplied by its own factor in
@@ -433,8 +444,7 @@ impl Trace {
             h = (h ^ (h >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
             h ^= h >> 31;
             let u = (h >> 11) as f64 / (1u64 << 53) as f64;
-            let x = (s as f64 * (1.0 + spread * (2.0 * u - 1.0))).ceil() as u64;
-            (x.div_ceil(512) * 512).max(512)
+            granule((s as f64 * (1.0 + spread * (2.0 * u - 1.0))).ceil() as u64)
         })
     }
 
@@ -445,11 +455,11 @@ impl Trace {
             e.size = f(e.size);
             match e.action {
                 Action::Allocate => {
-                    cur += e.size;
+                    cur = cur.saturating_add(e.size);
                     peak = peak.max(cur);
                     largest = largest.max(e.size);
                 }
-                Action::Free => cur -= e.size,
+                Action::Free => cur = cur.saturating_sub(e.size),
             }
         }
         t.peak_live = peak;

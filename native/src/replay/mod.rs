@@ -189,6 +189,9 @@ pub fn command(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
         );
     }
     let budget = a.budget.as_deref().map(parse_budget).transpose()?;
+    if a.max_buffer_size == 0 {
+        bail!("--max-buffer-size 0: a buffer must hold at least 1 byte");
+    }
     let mut traces = Vec::new();
     for path in &a.traces {
         let t = Trace::open(path)?;
