@@ -61,6 +61,70 @@ pub struct Snapshot {
     pub segments: Vec<SnapshotSegment>,
 }
 
+impl Snapshot {
+    /// Refuses a snapshot no pool could have written (one read back from a
+    /// file, say), naming the segment and the block: every segment's blocks
+    /// must tile it — the first at offset 0, each where the one before ends,
+    /// the last ending at the segment's size, none empty — a live block may
+    /// not have asked for more than it holds, and no two segments share an id.
+    ///
+    /// ```
+    /// use vrampool::{Snapshot, SnapshotBlock, SnapshotSegment, SnapshotState};
+    /// use vrampool::SegmentClass;
+    /// let block = |offset, size| SnapshotBlock {
+    ///     offset, size, requested: 0, state: SnapshotState::Free, label: None,
+    /// };
+    /// let segment = |blocks| SnapshotSegment {
+    ///     id: 0, label: String::new(), pool: "p".into(), usage: 0,
+    ///     class: SegmentClass::Small, size: 1024, address: 0, pinned: false, blocks,
+    /// };
+    /// let good = Snapshot { segments: vec![segment(vec![block(0, 256), block(256, 768)])] };
+    /// assert!(good.validate().is_ok());
+    /// let past_its_end = Snapshot { segments: vec![segment(vec![block(0, 256), block(256, 999_999)])] };
+    /// assert!(past_its_end.validate().unwrap_err().contains("segment 0"));
+    /// ```
+    pub fn validate(&self) -> Result<(), String> {
+        let mut ids = std::collections::HashSet::new();
+        for g in &self.segments {
+            if !ids.insert(g.id) {
+                return Err(format!("two segments have the id {}", g.id));
+            }
+            let mut end = 0u64;
+            for (i, b) in g.blocks.iter().enumerate() {
+                let at = |what: String| {
+                    Err(format!(
+                        "segment {} ({} bytes), block {i} at offset {}: {what}",
+                        g.id, g.size, b.offset
+                    ))
+                };
+                if b.offset != end {
+                    return at(format!("the block before it ends at {end}"));
+                }
+                if b.size == 0 {
+                    return at("it holds 0 bytes".into());
+                }
+                if b.state == SnapshotState::Live && b.requested > b.size {
+                    return at(format!(
+                        "it asked for {} bytes but holds {}",
+                        b.requested, b.size
+                    ));
+                }
+                end = match b.offset.checked_add(b.size) {
+                    Some(e) if e <= g.size => e,
+                    _ => return at(format!("its {} bytes pass the segment's end", b.size)),
+                };
+            }
+            if end != g.size {
+                return Err(format!(
+                    "segment {} ({} bytes): its blocks end at {end}",
+                    g.id, g.size
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// A block still live when the pool was dropped or checked.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Leak {

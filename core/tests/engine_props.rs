@@ -305,6 +305,10 @@ proptest! {
             if let Err(e) = engine.check_invariants() {
                 prop_assert!(false, "{}", e);
             }
+            // What the page imports back: every snapshot a pool writes passes.
+            if let Err(e) = engine.snapshot().validate() {
+                prop_assert!(false, "{}", e);
+            }
             let s = engine.stats();
             prop_assert_eq!(s.total.allocated_bytes.current, live.iter().map(|l| l.1).sum::<u64>());
             prop_assert_eq!(

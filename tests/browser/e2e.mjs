@@ -447,6 +447,16 @@ try {
   // Its map draws the largest 48 segments, live blocks among them.
   assert.equal(await num('#imported-map', 'data-segments'), Math.min(48, snap.segments.length));
   assert.equal(await num('#imported-map', 'data-blocks'), [...snap.segments].sort((a, b) => b.size - a.size || a.id - b.id).slice(0, 48).reduce((n, g) => n + g.blocks.length, 0));
+  // A snapshot no pool could write (a block past its segment's end): refused
+  // with where, and the one loaded before stays shown.
+  const badSnap = { segments: [{ id: 0, label: '', pool: 'p', usage: 0, class: 'Small', size: 100, address: 0, pinned: false,
+    blocks: [{ offset: 5000, size: 999999, requested: 0, state: 'Live', label: null }] }] };
+  await page.setInputFiles('#import-snapshot', { name: 'bad-snapshot.json', mimeType: 'application/json', buffer: Buffer.from(JSON.stringify(badSnap)) });
+  await waitFor('the bad snapshot refused', async () => (await page.locator('#import-error').textContent()).includes('bad-snapshot.json'));
+  assert.match(await page.locator('#import-error').textContent(), /bad-snapshot\.json is not a snapshot a pool could write: segment 0 \(100 bytes\), block 0 at offset 5000/);
+  assert.equal(await num('#imported-snapshot', 'data-segments'), snap.segments.length, 'the snapshot loaded before is still shown');
+  await page.setInputFiles('#import-snapshot', snapPath);
+  await waitFor('the good snapshot to load again', async () => (await page.locator('#import-error').textContent()) === '');
   const csvPath = await save('#export-csv', 'recording.csv');
   const recorded = await num('#export-csv', 'data-events');
   const back = harnessJson(['--capacity', String(4 * 2 ** 30), '--max-buffer-size', String(maxBuffer), csvPath])[0].report;

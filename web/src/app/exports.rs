@@ -119,7 +119,12 @@ pub fn ExportPanel() -> impl IntoView {
             };
             let bytes = js_sys::Uint8Array::new(&buf).to_vec();
             match serde_json::from_slice::<Snapshot>(&bytes) {
-                Ok(s) => imported.set(Some(Imported::of(name, &s))),
+                Ok(s) => match s.validate() {
+                    Ok(()) => imported.set(Some(Imported::of(name, &s))),
+                    Err(e) => import_error.set(Some(format!(
+                        "{name} is not a snapshot a pool could write: {e}"
+                    ))),
+                },
                 Err(e) => import_error.set(Some(format!(
                     "{name} is not a vrampool snapshot (line {}, column {}: {e})",
                     e.line(),

@@ -282,8 +282,6 @@ impl Model {
         budget: Option<u64>,
         cache_limit: Option<u64>,
     ) -> Result<(), Error> {
-        self.free_all();
-        self.replay = None;
         let config = Config {
             growth,
             limit: budget.map(Limit::Bytes),
@@ -291,7 +289,11 @@ impl Model {
             default_usage: READ_WRITE_USAGE.bits(),
             ..Config::default()
         };
+        // The new pool first: settings it refuses (a preallocation above the
+        // budget or a buffer) leave the blocks held and the replay running.
         let backing = self.backing.renew(config)?;
+        self.free_all();
+        self.replay = None;
         self.collect_recording();
         self.backing = backing;
         self.recording.next_pool();
@@ -397,6 +399,36 @@ mod tests {
 
     fn alloc(m: &Model, size: u64, usage: Usage) -> Result<Block, Error> {
         now(m.backing().allocate(size, usage))
+    }
+
+    #[test]
+    fn settings_the_pool_refuses_keep_the_blocks_and_the_replay() {
+        let trace = Trace::open(format!(
+            "{}/samples/{}.csv.gz",
+            env!("CARGO_MANIFEST_DIR"),
+            SAMPLES[0]
+        ))
+        .unwrap();
+        let model = RefCell::new(Model::simulated("test"));
+        // A replay running on its pool, and four blocks held beside it.
+        model.borrow_mut().start_replay(trace, 10.0).unwrap();
+        let (held, _) = now(allocate_held(&model, 4, 1 << 20, Usage::Storage));
+        assert_eq!(held, 4);
+        let mut m = model.into_inner();
+        let allocated = m.stats().total.allocated_bytes.current;
+        for (growth, budget) in [
+            (Growth::Preallocate(64 << 20), Some(10 << 20)), // above the budget
+            (Growth::Preallocate(100_000 << 20), None),      // above a buffer
+        ] {
+            assert!(m.reset(growth, budget, None).is_err());
+            assert!(m.replay.is_some(), "the replay goes on");
+            assert_eq!(m.held.len(), 4);
+            assert_eq!(m.stats().total.allocated_bytes.current, allocated);
+        }
+        // Settings it takes start the new pool, the blocks freed first.
+        m.reset(Growth::OnDemand, None, None).unwrap();
+        assert!(m.replay.is_none() && m.held.is_empty());
+        assert_eq!(m.stats().total.allocated_bytes.current, 0);
     }
 
     #[test]
