@@ -9,8 +9,8 @@
 use proptest::prelude::*;
 use vrampool::fault::{Fault, Faults, Faulty, stats_after_refusal};
 use vrampool::{
-    BlockId, Config, DeviceError, Engine, Error, Growth, Limit, Planned, Request, SimulatedDevice,
-    SnapshotState, Stats,
+    Backend, BlockId, Config, DeviceError, Engine, Error, Growth, Limit, Planned, Request,
+    SimulatedDevice, SnapshotState, Stats,
 };
 
 type Device = Faulty<SimulatedDevice>;
@@ -772,5 +772,31 @@ fn a_minimum_split_remainder_of_zero_leaves_no_empty_block() {
     for seg in e.snapshot().segments {
         assert!(seg.blocks.iter().all(|b| b.size > 0), "{seg:?}");
     }
+    e.check_invariants().unwrap();
+}
+
+#[test]
+fn lowering_the_limit_under_a_plan_in_flight_releases_cache_for_it_too() {
+    let mib = 1u64 << 20;
+    // No soft headroom, which would release the cache at the plan already.
+    let config = Config {
+        headroom: None,
+        ..Config::default()
+    };
+    let mut e = Engine::new(SimulatedDevice::new(1 << 30), config).unwrap();
+    let cached = e.allocate(Request::new(40 * mib, 0)).unwrap();
+    e.free(cached.id).unwrap(); // 40 MiB cached
+    let Planned::Create(plan) = e.plan(Request::new(64 * mib, 0)).unwrap() else {
+        panic!("64 MiB does not fit the cached 40 MiB");
+    };
+    assert_eq!(plan.desc().size, 64 * mib);
+    // Lowered while the segment is being made (alloc_async awaits it).
+    e.set_limit(Some(Limit::Bytes(64 * mib))).unwrap();
+    let segment = SimulatedDevice::new(1 << 30)
+        .create_segment(&plan.desc())
+        .unwrap();
+    let a = e.commit(plan, segment);
+    assert_eq!(a.size, 64 * mib);
+    assert_eq!(e.stats().total.reserved_bytes.current, 64 * mib);
     e.check_invariants().unwrap();
 }

@@ -253,14 +253,19 @@ impl<B: Backend> Engine<B> {
     }
 
     /// Sets or clears the hard limit. Cached memory above a lower limit is
-    /// released at once; live memory is never touched. The limit is a budget
+    /// released at once, counting the segments of plans in flight
+    /// ([`Engine::plan`] to [`Engine::commit`]) as held; live memory is never
+    /// touched. A plan made before the limit fell is still carried out, so
+    /// where the cache cannot make room for it, reserved passes the limit
+    /// until blocks are freed (the next request then finds the limit full).
+    /// The limit is a budget
     /// or a ceiling as [`Config::limit_kind`](crate::Config::limit_kind) said
     /// when the engine was made.
     pub fn set_limit(&mut self, limit: Option<Limit>) -> Result<()> {
         self.limit = self.resolve_limit(limit)?;
         self.config.limit = limit;
         if let Some(l) = self.limit {
-            self.release_ordered(self.total.reserved_bytes.current.saturating_sub(l));
+            self.release_ordered(self.held().saturating_sub(l));
         }
         Ok(())
     }
