@@ -109,7 +109,10 @@ fn more_bad_logs_name_the_line_and_the_problem() {
         ),
         (b"0,1,allocate,0x10,\xff\xfe,0x0\n", "line 2"),
         (b"0,1,allo\0cate,0x10,5,0x0\n", "line 2: unknown action"),
-        (b"0,1,\"allocate,0x10,5,0x0\n", "line 2: expected 6 columns"),
+        (
+            b"0,1,\"allocate,0x10,5,0x0\n",
+            "line 2: unknown action `\"allocate`",
+        ),
         (b"", "holds no allocation"),
         (b"\n\n\n", "holds no allocation"),
     ];
@@ -203,6 +206,48 @@ fn a_one_gigabyte_line_is_refused_without_reading_it() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("line 2: line longer than 64 KiB"), "{e}");
+}
+
+#[test]
+fn a_stray_quote_is_an_error_on_its_line_not_the_rest_of_the_file_in_one_field() {
+    // An RMM log quotes nothing: the quote is part of the action, refused
+    // on line 3, not the start of a field that swallows every line after it.
+    let mut body = String::from("0,1,allocate,0x10,512,0x0\n0,1,\"allocate,0x20,512,0x0\n");
+    for i in 0..10_000 {
+        body.push_str(&format!("0,1,allocate,{:#x},512,0x0\n", 0x100 + i));
+    }
+    let e = err(&body);
+    assert!(e.contains("line 3: unknown action `\"allocate`"), "{e}");
+}
+
+#[test]
+fn a_small_gzip_of_millions_of_rows_stops_at_the_most_events_allowed() {
+    // A million rows (about 20 MB of text) in a gzip of about 50 KB.
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    gz.write_all(H.as_bytes()).unwrap();
+    for _ in 0..500_000 {
+        gz.write_all(b"0,0,allocate,0x1,1,0\n0,0,free,0x1,1,0\n")
+            .unwrap();
+    }
+    let file = gz.finish().unwrap();
+    assert!(file.len() < 1 << 20, "{} bytes compressed", file.len());
+    match Trace::from_bytes_at_most("bomb.csv.gz", &file, 1000) {
+        Err(TraceError::TooManyEvents { path, max }) => {
+            assert_eq!((path.as_str(), max), ("bomb.csv.gz", 1000));
+        }
+        other => panic!(
+            "expected TooManyEvents, got {:?}",
+            other.map(|t| t.events.len())
+        ),
+    }
+    // Without a bound it reads them all.
+    assert_eq!(
+        Trace::from_bytes("bomb.csv.gz", &file)
+            .unwrap()
+            .events
+            .len(),
+        1_000_000
+    );
 }
 
 #[test]

@@ -45,6 +45,15 @@ pub enum TraceError {
         /// The file.
         path: String,
     },
+    /// The trace goes on past the most events its reader was given
+    /// ([`Trace::from_bytes_at_most`]).
+    #[error("{path}: more than {max} events, the most this reader takes")]
+    TooManyEvents {
+        /// The file.
+        path: String,
+        /// The most events allowed.
+        max: usize,
+    },
 }
 
 /// What a trace row does.
@@ -183,9 +192,40 @@ impl Trace {
         Self::from_reader(name, bytes)
     }
 
+    /// [`Trace::from_bytes`], refusing a trace of more than `max_events`
+    /// events as soon as it reads one more ([`TraceError::TooManyEvents`]):
+    /// a few MB of gzip can hold GBs of rows, and a reader with bounded
+    /// memory (a browser tab) must stop before it runs out.
+    ///
+    /// ```
+    /// use vrampool::Trace;
+    /// use vrampool::trace::TraceError;
+    /// let csv = "Thread,Time,Action,Pointer,Size,Stream\n\
+    ///            0,0,allocate,0x10,4096,0x0\n0,0,free,0x10,4096,0x0\n";
+    /// assert_eq!(Trace::from_bytes_at_most("t", csv.as_bytes(), 2)?.events.len(), 2);
+    /// let refused = Trace::from_bytes_at_most("t", csv.as_bytes(), 1);
+    /// assert!(matches!(refused, Err(TraceError::TooManyEvents { max: 1, .. })));
+    /// # Ok::<(), TraceError>(())
+    /// ```
+    pub fn from_bytes_at_most(
+        name: &str,
+        bytes: &[u8],
+        max_events: usize,
+    ) -> Result<Trace, TraceError> {
+        Self::from_reader_at_most(name, bytes, max_events)
+    }
+
     /// Parses a trace from any reader, plain or gzip (detected by its magic
     /// bytes), streaming. `name` is used in messages.
     pub fn from_reader(name: &str, reader: impl Read) -> Result<Trace, TraceError> {
+        Self::from_reader_at_most(name, reader, usize::MAX)
+    }
+
+    fn from_reader_at_most(
+        name: &str,
+        reader: impl Read,
+        max_events: usize,
+    ) -> Result<Trace, TraceError> {
         use std::io::BufRead;
         let io = |source| TraceError::Io {
             path: name.to_string(),
@@ -197,15 +237,16 @@ impl Trace {
                 name,
                 flate2::read::MultiGzDecoder::new(reader),
                 &mut Streams::All,
+                max_events,
             )
         } else {
-            Self::parse_reader(name, reader, &mut Streams::All)
+            Self::parse_reader(name, reader, &mut Streams::All, max_events)
         }
     }
 
     /// Parses plain CSV text.
     pub fn parse(name: &str, text: &[u8]) -> Result<Trace, TraceError> {
-        Self::parse_reader(name, text, &mut Streams::All)
+        Self::parse_reader(name, text, &mut Streams::All, usize::MAX)
     }
 
     /// Parses the rows of one stream of plain CSV text (the `Stream` column:
@@ -225,7 +266,7 @@ impl Trace {
     /// # Ok::<(), vrampool::trace::TraceError>(())
     /// ```
     pub fn parse_stream(name: &str, text: &[u8], stream: u64) -> Result<Trace, TraceError> {
-        Self::parse_reader(name, text, &mut Streams::Only(stream))
+        Self::parse_reader(name, text, &mut Streams::Only(stream), usize::MAX)
     }
 
     /// The distinct values of the `Stream` column of plain CSV text, in the
@@ -233,7 +274,7 @@ impl Trace {
     /// `name` is used in messages).
     pub fn streams(name: &str, text: &[u8]) -> Result<Vec<u64>, TraceError> {
         let mut seen = Vec::new();
-        Self::parse_reader(name, text, &mut Streams::Seen(&mut seen))?;
+        Self::parse_reader(name, text, &mut Streams::Seen(&mut seen), usize::MAX)?;
         Ok(seen)
     }
 
@@ -241,6 +282,7 @@ impl Trace {
         name: &str,
         text: impl Read,
         streams: &mut Streams<'_>,
+        max_events: usize,
     ) -> Result<Trace, TraceError> {
         let too_long = std::rc::Rc::new(std::cell::Cell::new(None));
         let text = LineLimit {
@@ -249,9 +291,12 @@ impl Trace {
             run: 0,
             too_long: too_long.clone(),
         };
+        // No quoting: an RMM log quotes nothing, and a stray `"` would make
+        // the reader gather every line after it into one field.
         let mut rdr = csv::ReaderBuilder::new()
             .has_headers(true)
             .flexible(true)
+            .quoting(false)
             .from_reader(text);
         // A read error is a line too long, a broken gzip stream, or the OS.
         let read_err = |e: csv::Error, fallback_line: u64| {
@@ -371,6 +416,12 @@ impl Trace {
                     s
                 }
             };
+            if trace.events.len() == max_events {
+                return Err(TraceError::TooManyEvents {
+                    path: name.to_string(),
+                    max: max_events,
+                });
+            }
             trace.events.push(TraceEvent {
                 action,
                 pointer,

@@ -9,7 +9,9 @@ use leptos::task::spawn_local;
 use vrampool::{Trace, fmt_bytes};
 
 use super::page::{Page, TICK, now_s, rest_of_tick, sleep};
-use crate::model::{Model, ModelCell, Replay, ReplayResult, SAMPLES, advance_replay};
+use crate::model::{
+    MAX_UPLOAD_EVENTS, Model, ModelCell, Replay, ReplayResult, SAMPLES, advance_replay,
+};
 
 /// Events replayed at most per tick, so a slow device falls behind instead of freezing.
 const MAX_EVENTS_PER_TICK: usize = 5000;
@@ -155,14 +157,22 @@ pub fn ReplayPanel() -> impl IntoView {
                     return;
                 }
             };
-            match Trace::from_bytes(&name, &bytes) {
+            match Trace::from_bytes_at_most(&name, &bytes, MAX_UPLOAD_EVENTS) {
                 Ok(t) => {
                     page.uploaded.set(Some(t.clone()));
                     start(t);
                 }
                 Err(e) => {
+                    let e = match e {
+                        vrampool::trace::TraceError::TooManyEvents { path, max } => format!(
+                            "{path}: more than {max} events, the most the page replays in a \
+                             browser tab's memory; the harness replays any length: \
+                             vrampool replay --simulate {path}"
+                        ),
+                        e => e.to_string(),
+                    };
                     page.say(format!("trace refused: {e}"));
-                    trace_error.set(Some(e.to_string()));
+                    trace_error.set(Some(e));
                 }
             }
         });

@@ -45,6 +45,10 @@ pub use segments::{
 pub const MAX_POINTS: usize = 1200;
 /// Log lines kept.
 pub const MAX_LOG: usize = 60;
+/// The most events an uploaded trace may hold: 17 times the largest of the
+/// corpus (234 k), at 32 bytes an event well within a tab's memory, where a
+/// few MB of gzip can unpack to GBs of rows.
+pub const MAX_UPLOAD_EVENTS: usize = 4_000_000;
 
 /// One point of the timeline.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -130,7 +130,10 @@ impl PeakStack {
             }
         }
         let mut columns: Vec<usize> = (0..COLUMNS)
-            .map(|k| (k * n + (COLUMNS - 1) / 2) / (COLUMNS - 1))
+            // In u64: k × n passes a 32-bit usize past 13 million events.
+            .map(|k| {
+                ((k as u64 * n as u64 + (COLUMNS as u64 - 1) / 2) / (COLUMNS as u64 - 1)) as usize
+            })
             .chain([peak_event])
             .collect();
         columns.sort_unstable();
