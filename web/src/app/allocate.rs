@@ -6,7 +6,7 @@ use leptos::task::spawn_local;
 use vrampool::fmt_bytes;
 
 use super::page::{BUSY, Page};
-use crate::model::{ModelCell, Usage, allocate_held};
+use crate::model::{ModelCell, Usage, allocate_held, parse_count};
 
 /// The allocate inputs, shared with "induce OOM" (which fills them in).
 #[derive(Clone, Copy)]
@@ -34,7 +34,10 @@ impl AllocForm {
 /// the first refusal stops it and is shown.
 pub fn allocate(page: Page, form: AllocForm) {
     page.error.set(None);
-    let n: usize = form.n.get_untracked().trim().parse().unwrap_or(0).min(4096);
+    let n = match parse_count(&form.n.get_untracked()) {
+        Ok(n) => n,
+        Err(e) => return page.fail(e),
+    };
     let size: u64 = form.size.get_untracked().parse().unwrap_or(1 << 20);
     let usage = Usage::parse(&form.usage.get_untracked());
     let Some(claim) = page.claim_gpu() else {

@@ -19,7 +19,7 @@ use super::segments::{SegmentCanvas, SegmentLegend};
 use crate::model::axes::{Tick, byte_ticks, event_ticks, grouped, polyline};
 use crate::model::{
     Compare, LaneFigures, ModelCell, Moment, POLICIES, SAMPLES, SeriesPoint, SimDevice,
-    expandable_budget, smallest_budget_of,
+    expandable_budget, parse_speed, smallest_budget_of,
 };
 
 /// Events taken at most per tick (a long trace at a high speed falls behind
@@ -293,9 +293,9 @@ pub fn ComparePanel() -> impl IntoView {
     let speed = RwSignal::new("10000".to_string());
     let bisecting = RwSignal::new(false);
     let view = page.compare_view;
-    let compare = move |_| {
-        let speed: f64 = speed.get_untracked().parse().unwrap_or(10_000.0);
-        spawn_local(start(page, source.get_untracked(), speed.max(1.0)));
+    let compare = move |_| match parse_speed(&speed.get_untracked()) {
+        Ok(speed) => spawn_local(start(page, source.get_untracked(), speed)),
+        Err(e) => page.fail(e),
     };
     let stop = move |_| {
         page.with_compare(Compare::stop);

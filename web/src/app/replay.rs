@@ -10,7 +10,7 @@ use vrampool::{Trace, fmt_bytes};
 
 use super::page::{Page, TICK, now_s, rest_of_tick, sleep};
 use crate::model::{
-    MAX_UPLOAD_EVENTS, Model, ModelCell, Replay, ReplayResult, SAMPLES, advance_replay,
+    MAX_UPLOAD_EVENTS, Model, ModelCell, Replay, ReplayResult, SAMPLES, advance_replay, parse_speed,
 };
 
 /// Events replayed at most per tick, so a slow device falls behind instead of freezing.
@@ -114,9 +114,12 @@ pub fn ReplayPanel() -> impl IntoView {
     let trace_error = RwSignal::new(None::<String>);
 
     let start = move |trace: Trace| {
-        let speed: f64 = speed.get_untracked().parse().unwrap_or(10_000.0);
+        let speed = match parse_speed(&speed.get_untracked()) {
+            Ok(speed) => speed,
+            Err(e) => return trace_error.set(Some(e)),
+        };
         let started = page.with_model(|m| {
-            m.start_replay(trace, speed.max(1.0))
+            m.start_replay(trace, speed)
                 .inspect_err(|e| m.say(format!("cannot replay: {e}")))
         });
         match started {

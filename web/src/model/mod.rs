@@ -45,6 +45,33 @@ pub use segments::{
 pub const MAX_POINTS: usize = 1200;
 /// Log lines kept.
 pub const MAX_LOG: usize = 60;
+/// The most blocks one press of "allocate" asks for.
+pub const MAX_COUNT: usize = 4096;
+
+/// The form's count of blocks: a whole number from 1 to [`MAX_COUNT`], or
+/// a message saying what it must be (never a silent 0 or a clamp).
+pub fn parse_count(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(n) if (1..=MAX_COUNT).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "count `{}`: give a whole number of blocks from 1 to {MAX_COUNT}",
+            s.trim()
+        )),
+    }
+}
+
+/// A replay speed in operations a second: a number of at least 1, or a
+/// message saying what it must be.
+pub fn parse_speed(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 1.0 => Ok(v),
+        _ => Err(format!(
+            "speed `{}`: give operations a second, 1 or more (e.g. 10000)",
+            s.trim()
+        )),
+    }
+}
+
 /// The most events an uploaded trace may hold: 17 times the largest of the
 /// corpus (234 k), at 32 bytes an event well within a tab's memory, where a
 /// few MB of gzip can unpack to GBs of rows.
@@ -403,6 +430,22 @@ mod tests {
 
     fn alloc(m: &Model, size: u64, usage: Usage) -> Result<Block, Error> {
         now(m.backing().allocate(size, usage))
+    }
+
+    #[test]
+    fn counts_and_speeds_are_read_or_refused_with_what_they_must_be() {
+        assert_eq!(parse_count(" 16 "), Ok(16));
+        assert_eq!(parse_count("4096"), Ok(4096));
+        for bad in ["abc", "-3", "0", "9999", "", "1.5"] {
+            let e = parse_count(bad).unwrap_err();
+            assert!(e.contains("from 1 to 4096"), "{bad}: {e}");
+        }
+        assert_eq!(parse_speed("10000"), Ok(10_000.0));
+        assert_eq!(parse_speed("2.5"), Ok(2.5));
+        for bad in ["abc", "0", "-5", "inf", "NaN", ""] {
+            let e = parse_speed(bad).unwrap_err();
+            assert!(e.contains("1 or more"), "{bad}: {e}");
+        }
     }
 
     #[test]
