@@ -57,6 +57,11 @@ fn bad_input_is_refused_with_what_to_do() {
         let e = Foresight::plan(&huge, 256, cap).unwrap_err();
         assert!(matches!(e, ForesightError::TooLarge { line: 2, .. }), "{e}");
     }
+    // Two blocks of 2^63 - 1 live together under a cap of u64::MAX: no plan
+    // puts both in one segment past what a u64 counts (a review's input).
+    let halves = trace(&[(true, 1, (1 << 63) - 1), (true, 2, (1 << 63) - 1)]);
+    let e = Foresight::plan(&halves, 1, u64::MAX).unwrap_err();
+    assert!(matches!(e, ForesightError::TooLarge { line: 2, .. }), "{e}");
     let e = Foresight::plan(&t, 300, 1 << 30).unwrap_err();
     assert!(e.to_string().contains("power of two"), "{e}");
     // An empty trace plans nothing.

@@ -245,6 +245,9 @@ impl Foresight {
         if alignment == 0 || !alignment.is_power_of_two() {
             return Err(ForesightError::Alignment(alignment));
         }
+        // No segment above 4 EiB (2^62), as no engine makes one: a block's
+        // end and a segment's top then always fit a u64.
+        let max_segment = max_segment.min(1 << 62);
         let blocks = lifetimes(trace, alignment, max_segment)?;
         let orders: [OrderKey; 3] = [
             |b| (u64::MAX - b.size, b.first_event as u64),
