@@ -61,6 +61,18 @@ pub use types::{Allocation, BlockId, Moved, Request, SegmentClass, SegmentId};
 #[cfg(feature = "wgpu")]
 pub use gpu::*;
 
+/// The largest segment anything here makes or plans, whatever a device
+/// says: 2^62 bytes (4 EiB), far above any GPU, so sums of a few such sizes
+/// stay within a u64 (the engine, the simulated device and the static plan
+/// all hold to it).
+pub(crate) const MAX_SEGMENT: u64 = 1 << 62;
+
+/// `x` rounded up to a multiple of `to`; the largest multiple a `u64` holds
+/// where that would overflow (a size near `u64::MAX`: callers clamp it).
+pub(crate) fn round_up(x: u64, to: u64) -> u64 {
+    x.checked_next_multiple_of(to).unwrap_or(u64::MAX / to * to)
+}
+
 /// Formats a byte count for people: `1.50 GiB`.
 pub fn fmt_bytes(b: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];

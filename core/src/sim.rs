@@ -42,10 +42,9 @@ impl SimulatedDevice {
     /// (each at most 2^62 bytes, 4 EiB: a larger figure is taken as that, so
     /// sums of what it holds stay within a u64).
     pub fn with_max_buffer_size(capacity: u64, max_buffer_size: u64) -> Self {
-        const MAX: u64 = 1 << 62;
         SimulatedDevice {
-            capacity: capacity.min(MAX),
-            max_buffer_size: max_buffer_size.min(MAX),
+            capacity: capacity.min(crate::MAX_SEGMENT),
+            max_buffer_size: max_buffer_size.min(crate::MAX_SEGMENT),
             used: 0,
             peak_used: 0,
             creates: 0,

@@ -66,7 +66,8 @@ impl Snapshot {
     /// file, say), naming the segment and the block: every segment's blocks
     /// must tile it — the first at offset 0, each where the one before ends,
     /// the last ending at the segment's size, none empty — a live block may
-    /// not have asked for more than it holds, and no two segments share an id.
+    /// not have asked for more than it holds, no two segments share an id, and
+    /// the segments' sizes add up within a `u64`.
     ///
     /// ```
     /// use vrampool::{Snapshot, SnapshotBlock, SnapshotSegment, SnapshotState};
@@ -82,10 +83,20 @@ impl Snapshot {
     /// assert!(good.validate().is_ok());
     /// let past_its_end = Snapshot { segments: vec![segment(vec![block(0, 256), block(256, 999_999)])] };
     /// assert!(past_its_end.validate().unwrap_err().contains("segment 0"));
+    /// let huge = |id| SnapshotSegment { id, size: u64::MAX, ..segment(vec![block(0, u64::MAX)]) };
+    /// let past_a_u64 = Snapshot { segments: vec![huge(0), huge(1)] };
+    /// assert!(past_a_u64.validate().unwrap_err().contains("past what a u64 counts"));
     /// ```
     pub fn validate(&self) -> Result<(), String> {
         let mut ids = std::collections::HashSet::new();
+        let mut total = 0u64;
         for g in &self.segments {
+            total = total.checked_add(g.size).ok_or_else(|| {
+                format!(
+                    "segment {}: the segments' sizes add up past what a u64 counts",
+                    g.id
+                )
+            })?;
             if !ids.insert(g.id) {
                 return Err(format!("two segments have the id {}", g.id));
             }

@@ -37,7 +37,10 @@ pub struct Request {
     /// move.
     pub relocatable: bool,
     /// The block must hold bytes no owner held before: a new segment serves
-    /// it (wgpu zeroes a new buffer), never a cached block. The wgpu binding
+    /// it (wgpu zeroes a new buffer), or a cached block never handed out; a
+    /// used cached block that would have served it is released with its
+    /// segment if nothing else lives there, so repeated fresh requests hold
+    /// one segment, not one each. The wgpu binding
     /// asks this for a zeroed block it cannot clear on the GPU: an upload
     /// buffer (`MAP_WRITE`, which WebGPU lets combine only with `COPY_SRC`,
     /// so no `clear_buffer` or copy can reach it). `false` by default.
@@ -45,11 +48,15 @@ pub struct Request {
     /// ```
     /// use vrampool::{Config, Engine, Request, SimulatedDevice};
     /// let mut e = Engine::new(SimulatedDevice::new(1 << 30), Config::default())?;
-    /// let used = e.allocate(Request::new(4096, 1))?;
+    /// // A staging buffer of its own, as the wgpu binding's uploads are.
+    /// let upload = |fresh| Request { exclusive: true, fresh, ..Request::new(4096, 1) };
+    /// let used = e.allocate(upload(false))?;
     /// e.free(used.id)?;
-    /// let fresh = e.allocate(Request { fresh: true, ..Request::new(4096, 1) })?;
-    /// assert!(fresh.fresh && fresh.segment != used.segment);
-    /// assert_eq!(e.stats().counters.cache_misses, 2);
+    /// let fresh = e.allocate(upload(true))?;
+    /// assert!(fresh.fresh); // bytes no owner held
+    /// let s = e.stats();
+    /// assert_eq!((s.counters.device_allocs, s.counters.device_frees), (2, 1));
+    /// assert_eq!(s.total.reserved_bytes.current, 4096); // the used one went back
     /// # Ok::<(), vrampool::Error>(())
     /// ```
     pub fresh: bool,

@@ -57,11 +57,15 @@ fn bad_input_is_refused_with_what_to_do() {
         let e = Foresight::plan(&huge, 256, cap).unwrap_err();
         assert!(matches!(e, ForesightError::TooLarge { line: 2, .. }), "{e}");
     }
-    // Two blocks of 2^63 - 1 live together under a cap of u64::MAX: no plan
-    // puts both in one segment past what a u64 counts (a review's input).
+    // Under a cap of u64::MAX, a block of 2^63 - 1 is refused (no segment
+    // is above 2^62 bytes), and two of 2^62 live together take a segment
+    // each: none is planned past what a u64 counts (a review's input).
     let halves = trace(&[(true, 1, (1 << 63) - 1), (true, 2, (1 << 63) - 1)]);
     let e = Foresight::plan(&halves, 1, u64::MAX).unwrap_err();
     assert!(matches!(e, ForesightError::TooLarge { line: 2, .. }), "{e}");
+    let quarters = trace(&[(true, 1, 1 << 62), (true, 2, 1 << 62)]);
+    let plan = Foresight::plan(&quarters, 1, u64::MAX).unwrap();
+    assert_eq!(plan.segments, vec![1 << 62, 1 << 62]);
     let e = Foresight::plan(&t, 300, 1 << 30).unwrap_err();
     assert!(e.to_string().contains("power of two"), "{e}");
     // An empty trace plans nothing.

@@ -232,11 +232,11 @@ fn a_small_gzip_of_millions_of_rows_stops_at_the_most_events_allowed() {
     let file = gz.finish().unwrap();
     assert!(file.len() < 1 << 20, "{} bytes compressed", file.len());
     match Trace::from_bytes_at_most("bomb.csv.gz", &file, 1000) {
-        Err(TraceError::TooManyEvents { path, max }) => {
+        Err(TraceError::TooManyRows { path, max }) => {
             assert_eq!((path.as_str(), max), ("bomb.csv.gz", 1000));
         }
         other => panic!(
-            "expected TooManyEvents, got {:?}",
+            "expected TooManyRows, got {:?}",
             other.map(|t| t.events.len())
         ),
     }

@@ -540,6 +540,8 @@ fn a_zeroed_upload_buffer_reads_zeros_though_its_last_owner_wrote_it() {
         "a new buffer, not the written one"
     );
     assert_eq!(pool.stats().counters.cache_misses, misses + 1);
+    // The written one went back: one upload buffer held, not two.
+    assert_eq!(pool.snapshot().segments.len(), 1);
     assert!(read_back(&pool, &zeroed).iter().all(|&b| b == 0));
     // A readback buffer (MAP_READ | COPY_DST) can be cleared: reused, zeroed.
     let readback = pool.alloc(AllocDesc::readback(4096)).unwrap();

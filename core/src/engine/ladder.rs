@@ -143,9 +143,15 @@ impl<B: Backend> Engine<B> {
             self.stop_following_if_used_up();
             return Ok(Planned::Hit(a));
         }
-        if cached && let Some(b) = self.find_cached(pool, class, rounded) {
-            self.counters.cache_hits += 1;
-            return Ok(Planned::Hit(self.take_block(b, rounded, req)));
+        if let Some(b) = self.find_cached(pool, class, rounded) {
+            if cached || !self.blocks[b as usize].dirty {
+                self.counters.cache_hits += 1;
+                return Ok(Planned::Hit(self.take_block(b, rounded, req)));
+            }
+            // A fresh request may not take a used block: the segment it
+            // would have served goes back if nothing lives in it, so a loop
+            // of fresh requests (zeroed uploads) holds one, not a pile.
+            self.release_segment_of(b);
         }
         // Memory the pool holds, made whole by moving relocatable blocks
         // out of the way, before a new segment.

@@ -138,10 +138,6 @@ pub struct Engine<B: Backend> {
     moves: Vec<crate::types::Moved>,
 }
 
-/// The largest segment an engine makes, whatever its backend says (2^62
-/// bytes, 4 EiB).
-const MAX_SEGMENT: u64 = 1 << 62;
-
 impl<B: Backend> Engine<B> {
     /// Makes an engine over `backend`; preallocates if the config asks.
     pub fn new(backend: B, config: Config) -> Result<Self> {
@@ -153,7 +149,7 @@ impl<B: Backend> Engine<B> {
             .map_or(backend.max_segment_size(), |m| {
                 m.min(backend.max_segment_size())
             })
-            .min(MAX_SEGMENT);
+            .min(crate::MAX_SEGMENT);
         let mut engine = Engine {
             generation_start: NEXT_ENGINE
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed)

@@ -177,6 +177,19 @@ impl<B: Backend> Engine<B> {
         released
     }
 
+    /// Releases the segment of cached block `b` if it holds no live or
+    /// pending block and is not pinned.
+    pub(super) fn release_segment_of(&mut self, b: u32) {
+        let segment = self.blocks[b as usize].segment;
+        if self.segments[segment as usize]
+            .as_ref()
+            .is_some_and(|s| s.releasable() && s.pending == 0)
+        {
+            self.remove_segment(segment);
+            self.backend.flush_releases();
+        }
+    }
+
     /// Releases what the cache limit says is too much.
     pub(super) fn trim_cache(&mut self) {
         if let Some(limit) = self.config.cache_limit

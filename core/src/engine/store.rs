@@ -153,13 +153,7 @@ pub(super) fn log_free(recorder: &mut Option<Recorder>, recording: u64, row: Opt
     }
 }
 
-/// `x` rounded up to a multiple of `to`; the largest multiple that fits a
-/// `u64` where that would overflow (a size near `u64::MAX`, which only a
-/// growth setting or a simulated device of that capacity can ask for: the
-/// caller clamps it to the largest segment).
-pub(super) fn round_up(x: u64, to: u64) -> u64 {
-    x.checked_next_multiple_of(to).unwrap_or(u64::MAX / to * to)
-}
+pub(super) use crate::round_up;
 
 impl<B: Backend> Engine<B> {
     /// The pool of `req`'s usage, exclusivity and group, made (and named) on first use.

@@ -185,8 +185,9 @@ impl<'a> AllocDesc<'a> {
     /// Asks for zeroed memory, as a new wgpu buffer is: a reused block is
     /// cleared on the queue (`clear_buffer`) before it is handed out. An
     /// upload buffer (`MAP_WRITE | COPY_SRC`) cannot be cleared that way —
-    /// WebGPU lets `MAP_WRITE` combine with nothing else — so a zeroed one is
-    /// always a new buffer, never a cached one ([`Request::fresh`](crate::Request::fresh)).
+    /// WebGPU lets `MAP_WRITE` combine only with `COPY_SRC` — so a zeroed one
+    /// is a new buffer, never a used one; the used one it could not take goes
+    /// back ([`Request::fresh`](crate::Request::fresh)).
     ///
     /// ```
     /// # let (device, queue) = vrampool::example_device()?;

@@ -247,7 +247,7 @@ impl Foresight {
         }
         // No segment above 4 EiB (2^62), as no engine makes one: a block's
         // end and a segment's top then always fit a u64.
-        let max_segment = max_segment.min(1 << 62);
+        let max_segment = max_segment.min(crate::MAX_SEGMENT);
         let blocks = lifetimes(trace, alignment, max_segment)?;
         let orders: [OrderKey; 3] = [
             |b| (u64::MAX - b.size, b.first_event as u64),

@@ -45,13 +45,13 @@ pub enum TraceError {
         /// The file.
         path: String,
     },
-    /// The trace goes on past the most events its reader was given
-    /// ([`Trace::from_bytes_at_most`]).
-    #[error("{path}: more than {max} events, the most this reader takes")]
-    TooManyEvents {
+    /// The trace goes on past the most rows its reader was given
+    /// ([`Trace::from_bytes_at_most`]): rows read, kept or skipped.
+    #[error("{path}: more than {max} rows, the most this reader takes")]
+    TooManyRows {
         /// The file.
         path: String,
-        /// The most events allowed.
+        /// The most rows allowed.
         max: usize,
     },
 }
@@ -149,13 +149,11 @@ impl<R: Read> Read for LineLimit<R> {
     }
 }
 
-/// `x` rounded up to PyTorch's 512-byte granularity, at least 512; the
-/// largest multiple of 512 a `u64` holds where rounding up would overflow
-/// (`as u64` already held a product past `u64::MAX` at `u64::MAX`).
+/// `x` rounded up to PyTorch's 512-byte granularity, at least 512, held at
+/// the largest such multiple where it would overflow (`as u64` already held
+/// a product past `u64::MAX` at `u64::MAX`).
 fn granule(x: u64) -> u64 {
-    x.checked_next_multiple_of(512)
-        .unwrap_or(u64::MAX / 512 * 512)
-        .max(512)
+    crate::round_up(x, 512).max(512)
 }
 
 impl Trace {
@@ -192,8 +190,9 @@ impl Trace {
         Self::from_reader(name, bytes)
     }
 
-    /// [`Trace::from_bytes`], refusing a trace of more than `max_events`
-    /// events as soon as it reads one more ([`TraceError::TooManyEvents`]):
+    /// [`Trace::from_bytes`], refusing a trace of more than `max_rows` rows
+    /// (events, and rows a trace skips such as `allocate failure`) as soon as
+    /// it reads one more ([`TraceError::TooManyRows`]):
     /// a few MB of gzip can hold GBs of rows, and a reader with bounded
     /// memory (a browser tab) must stop before it runs out.
     ///
@@ -204,15 +203,15 @@ impl Trace {
     ///            0,0,allocate,0x10,4096,0x0\n0,0,free,0x10,4096,0x0\n";
     /// assert_eq!(Trace::from_bytes_at_most("t", csv.as_bytes(), 2)?.events.len(), 2);
     /// let refused = Trace::from_bytes_at_most("t", csv.as_bytes(), 1);
-    /// assert!(matches!(refused, Err(TraceError::TooManyEvents { max: 1, .. })));
+    /// assert!(matches!(refused, Err(TraceError::TooManyRows { max: 1, .. })));
     /// # Ok::<(), TraceError>(())
     /// ```
     pub fn from_bytes_at_most(
         name: &str,
         bytes: &[u8],
-        max_events: usize,
+        max_rows: usize,
     ) -> Result<Trace, TraceError> {
-        Self::from_reader_at_most(name, bytes, max_events)
+        Self::from_reader_at_most(name, bytes, max_rows)
     }
 
     /// Parses a trace from any reader, plain or gzip (detected by its magic
@@ -224,7 +223,7 @@ impl Trace {
     fn from_reader_at_most(
         name: &str,
         reader: impl Read,
-        max_events: usize,
+        max_rows: usize,
     ) -> Result<Trace, TraceError> {
         use std::io::BufRead;
         let io = |source| TraceError::Io {
@@ -237,10 +236,10 @@ impl Trace {
                 name,
                 flate2::read::MultiGzDecoder::new(reader),
                 &mut Streams::All,
-                max_events,
+                max_rows,
             )
         } else {
-            Self::parse_reader(name, reader, &mut Streams::All, max_events)
+            Self::parse_reader(name, reader, &mut Streams::All, max_rows)
         }
     }
 
@@ -282,7 +281,7 @@ impl Trace {
         name: &str,
         text: impl Read,
         streams: &mut Streams<'_>,
-        max_events: usize,
+        max_rows: usize,
     ) -> Result<Trace, TraceError> {
         let too_long = std::rc::Rc::new(std::cell::Cell::new(None));
         let text = LineLimit {
@@ -344,10 +343,18 @@ impl Trace {
         let mut live: HashMap<u64, u64> = HashMap::new();
         let mut cur = 0u64;
         let mut record = csv::StringRecord::new();
+        let mut rows = 0usize;
         loop {
             let more = rdr.read_record(&mut record).map_err(|e| read_err(e, 0))?;
             if !more {
                 break;
+            }
+            rows += 1;
+            if rows > max_rows {
+                return Err(TraceError::TooManyRows {
+                    path: name.to_string(),
+                    max: max_rows,
+                });
             }
             let line = record.position().map_or(0, |p| p.line());
             if record.len() != 6 {
@@ -416,12 +423,6 @@ impl Trace {
                     s
                 }
             };
-            if trace.events.len() == max_events {
-                return Err(TraceError::TooManyEvents {
-                    path: name.to_string(),
-                    max: max_events,
-                });
-            }
             trace.events.push(TraceEvent {
                 action,
                 pointer,

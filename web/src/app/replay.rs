@@ -10,7 +10,7 @@ use vrampool::{Trace, fmt_bytes};
 
 use super::page::{Page, TICK, now_s, rest_of_tick, sleep};
 use crate::model::{
-    MAX_UPLOAD_EVENTS, Model, ModelCell, Replay, ReplayResult, SAMPLES, advance_replay, parse_speed,
+    MAX_UPLOAD_ROWS, Model, ModelCell, Replay, ReplayResult, SAMPLES, advance_replay, parse_speed,
 };
 
 /// Events replayed at most per tick, so a slow device falls behind instead of freezing.
@@ -160,15 +160,15 @@ pub fn ReplayPanel() -> impl IntoView {
                     return;
                 }
             };
-            match Trace::from_bytes_at_most(&name, &bytes, MAX_UPLOAD_EVENTS) {
+            match Trace::from_bytes_at_most(&name, &bytes, MAX_UPLOAD_ROWS) {
                 Ok(t) => {
                     page.uploaded.set(Some(t.clone()));
                     start(t);
                 }
                 Err(e) => {
                     let e = match e {
-                        vrampool::trace::TraceError::TooManyEvents { path, max } => format!(
-                            "{path}: more than {max} events, the most the page replays in a \
+                        vrampool::trace::TraceError::TooManyRows { path, max } => format!(
+                            "{path}: more than {max} rows, the most the page replays in a \
                              browser tab's memory; the harness replays any length: \
                              vrampool replay --simulate {path}"
                         ),

@@ -72,10 +72,10 @@ pub fn parse_speed(s: &str) -> Result<f64, String> {
     }
 }
 
-/// The most events an uploaded trace may hold: 17 times the largest of the
+/// The most rows an uploaded trace may hold: 17 times the largest of the
 /// corpus (234 k), at 32 bytes an event well within a tab's memory, where a
 /// few MB of gzip can unpack to GBs of rows.
-pub const MAX_UPLOAD_EVENTS: usize = 4_000_000;
+pub const MAX_UPLOAD_ROWS: usize = 4_000_000;
 
 /// One point of the timeline.
 #[derive(Debug, Clone, Copy, PartialEq)]
