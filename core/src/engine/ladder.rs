@@ -97,11 +97,9 @@ impl<B: Backend> Engine<B> {
     #[cfg(feature = "wgpu")]
     pub(crate) fn allocate_cached(&mut self, req: &Request) -> Option<Allocation> {
         // While a plan is followed every request takes the full path, which
-        // matches it to the plan first.
-        if !self.following.is_empty() {
-            return None;
-        }
-        if req.fresh {
+        // matches it to the plan first; so does a fresh request, which only
+        // the full path serves with no used block (Request::fresh).
+        if !self.following.is_empty() || req.fresh {
             return None;
         }
         let (pool, class, rounded) = self.admit(req).ok()?;

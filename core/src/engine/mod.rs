@@ -142,8 +142,6 @@ impl<B: Backend> Engine<B> {
     /// Makes an engine over `backend`; preallocates if the config asks.
     pub fn new(backend: B, config: Config) -> Result<Self> {
         config.validate().map_err(Error::Config)?;
-        // At most 4 EiB (2^62), far above any device: sums of a few such
-        // sizes stay within a u64.
         let max_segment = config
             .max_segment_size
             .map_or(backend.max_segment_size(), |m| {

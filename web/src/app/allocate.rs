@@ -6,7 +6,7 @@ use leptos::task::spawn_local;
 use vrampool::fmt_bytes;
 
 use super::page::{BUSY, Page};
-use crate::model::{ModelCell, Usage, allocate_held, parse_count};
+use crate::model::{MAX_COUNT, ModelCell, Usage, allocate_held, parse_count};
 
 /// The allocate inputs, shared with "induce OOM" (which fills them in).
 #[derive(Clone, Copy)]
@@ -96,7 +96,7 @@ pub fn AllocatePanel() -> impl IntoView {
     view! {
         <h2>"Allocate"</h2>
         <div class="row">
-            <input id="alloc-n" type="number" min="1" max="4096" prop:value=form.n on:input=move |e| form.n.set(event_target_value(&e)) />
+            <input id="alloc-n" type="number" min="1" max=MAX_COUNT.to_string() prop:value=form.n on:input=move |e| form.n.set(event_target_value(&e)) />
             " × "
             <select id="alloc-size" prop:value=form.size on:change=move |e| form.size.set(event_target_value(&e))>
                 <option value="256">"256 B"</option>

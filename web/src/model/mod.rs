@@ -428,6 +428,16 @@ mod tests {
         }
     }
 
+    /// The first of the page's bundled samples.
+    fn first_sample() -> Trace {
+        let path = format!(
+            "{}/samples/{}.csv.gz",
+            env!("CARGO_MANIFEST_DIR"),
+            SAMPLES[0]
+        );
+        Trace::open(path).unwrap()
+    }
+
     fn alloc(m: &Model, size: u64, usage: Usage) -> Result<Block, Error> {
         now(m.backing().allocate(size, usage))
     }
@@ -450,12 +460,7 @@ mod tests {
 
     #[test]
     fn settings_the_pool_refuses_keep_the_blocks_and_the_replay() {
-        let trace = Trace::open(format!(
-            "{}/samples/{}.csv.gz",
-            env!("CARGO_MANIFEST_DIR"),
-            SAMPLES[0]
-        ))
-        .unwrap();
+        let trace = first_sample();
         let model = RefCell::new(Model::simulated("test"));
         // A replay running on its pool, and four blocks held beside it.
         model.borrow_mut().start_replay(trace, 10.0).unwrap();
@@ -493,9 +498,7 @@ mod tests {
 
     #[test]
     fn sample_replay_on_the_simulated_page_matches_the_core_replay() {
-        let name = SAMPLES[0];
-        let path = format!("{}/samples/{name}.csv.gz", env!("CARGO_MANIFEST_DIR"));
-        let trace = Trace::open(path).unwrap();
+        let trace = first_sample();
         let model = RefCell::new(Model::simulated("test"));
         let id = model
             .borrow_mut()
@@ -534,12 +537,7 @@ mod tests {
         assert_eq!(held, 4);
         model.borrow_mut().free_random();
         // A replay starts a new pool; the blocks still held are freed first.
-        let trace = Trace::open(format!(
-            "{}/samples/{}.csv.gz",
-            env!("CARGO_MANIFEST_DIR"),
-            SAMPLES[0]
-        ))
-        .unwrap();
+        let trace = first_sample();
         let id = model.borrow_mut().start_replay(trace.clone(), 1e9).unwrap();
         while now(advance_replay(&model, id, 5000)) {}
         let mut m = model.into_inner();
