@@ -822,3 +822,35 @@ fn a_loop_of_fresh_requests_holds_one_segment_not_one_each() {
     }
     assert_eq!(e.stats().counters.device_allocs, 100);
 }
+
+#[test]
+fn a_fresh_request_the_limit_refuses_keeps_the_used_block_it_could_not_take() {
+    // Reserved passes a lowered limit while blocks live; one is freed. A
+    // fresh request the limit refuses even with that block's segment
+    // released must not release it: a refused request changes only
+    // counters (found by the proptest in CI).
+    let mut e = Engine::new(SimulatedDevice::new(1 << 30), Config::default()).unwrap();
+    let exclusive = |size, fresh| Request {
+        exclusive: true,
+        fresh,
+        ..Request::new(size, 0)
+    };
+    let _live = e.allocate(exclusive(50 << 20, false)).unwrap();
+    let used = e.allocate(exclusive(8 << 20, false)).unwrap();
+    e.set_limit(Some(Limit::Bytes(40 << 20))).unwrap();
+    e.free(used.id).unwrap();
+    let before = e.stats();
+    assert_eq!(before.total.cached_bytes.current, 8 << 20);
+    assert!(matches!(
+        e.allocate(exclusive(8 << 20, true)),
+        Err(Error::OutOfMemory(_))
+    ));
+    let after = e.stats();
+    assert_eq!(after.total.cached_bytes.current, 8 << 20, "the cache stays");
+    assert_eq!(
+        after.counters.bytes_released,
+        before.counters.bytes_released
+    );
+    // Control: a request that is not fresh takes the cached block.
+    assert!(e.allocate(exclusive(8 << 20, false)).is_ok());
+}

@@ -114,6 +114,14 @@ impl<B: Backend> Engine<B> {
         self.total.reserved_bytes.current + self.in_flight
     }
 
+    /// Whether `rounded` more bytes pass the hard limit even with every
+    /// releasable segment released: the limit refuses the request, and the
+    /// cache it could not use stays.
+    fn over_limit_with_cache_released(&self, rounded: u64) -> bool {
+        self.limit
+            .is_some_and(|limit| self.held() - self.releasable() + rounded > limit)
+    }
+
     /// Step one of an allocation: a cached block, or the segment to create.
     /// Refusals the engine decides alone (device lost, size 0, larger than a
     /// buffer, over the hard limit even with the whole cache released, which
@@ -148,8 +156,11 @@ impl<B: Backend> Engine<B> {
             }
             // A fresh request may not take a used block: the segment it
             // would have served goes back if nothing lives in it, so a loop
-            // of fresh requests (zeroed uploads) holds one, not a pile.
-            self.release_segment_of(b);
+            // of fresh requests (zeroed uploads) holds one, not a pile. Not
+            // for a request the limit refuses: its cache stays.
+            if !self.over_limit_with_cache_released(rounded) {
+                self.release_segment_of(b);
+            }
         }
         // Memory the pool holds, made whole by moving relocatable blocks
         // out of the way, before a new segment.
@@ -172,7 +183,7 @@ impl<B: Backend> Engine<B> {
             if self.held() + rounded <= limit {
                 size = self.fit(size, rounded, limit);
             } else {
-                let hopeless = self.held() - self.releasable() + rounded > limit;
+                let hopeless = self.over_limit_with_cache_released(rounded);
                 // Releasing cannot make room: a cached block of any class
                 // serves the request instead, and nothing is released for it.
                 if self.config.any_block_before_oom
