@@ -6,6 +6,10 @@
 //! every create), a refused request changes only what it may, and a block
 //! freed with `defer_free` is never handed out again before it is reclaimed.
 
+#[allow(dead_code)] // cases() only
+mod common;
+
+use common::cases;
 use proptest::prelude::*;
 use vrampool::fault::{Fault, Faults, Faulty, stats_after_refusal};
 use vrampool::{
@@ -155,14 +159,6 @@ fn assert_only_the_cache_went(
         "a refused request's pool is not shown"
     );
     Ok(())
-}
-
-/// `PROPTEST_CASES` if set, else `default`.
-fn cases(default: u32) -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
 }
 
 proptest! {

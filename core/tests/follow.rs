@@ -269,7 +269,7 @@ fn plans_the_engine_cannot_index_are_refused() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig::with_cases(common::cases(64)))]
 
     #[test]
     fn any_trace_followed_gets_its_plan(t in random_trace(600), cap_mib in 3u64..32) {

@@ -105,7 +105,7 @@ fn assert_layout(plan: &Foresight, t: &Trace, cap: u64) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig::with_cases(common::cases(64)))]
 
     // Up to 3 000 events, so lifetimes cross the planner's 512-event buckets.
     #[test]

@@ -400,7 +400,7 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(64))]
+    #![proptest_config(ProptestConfig::with_cases(common::cases(64)))]
 
     /// Whatever moves, every owner reads its own bytes, only blocks free to
     /// move move, and the engine's books hold after every step.

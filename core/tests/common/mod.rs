@@ -1,5 +1,6 @@
-//! Traces the foresight and follow tests share: made from rows, drawn at
-//! random, or read from the repository's `data/traces`.
+//! What the engine's tests share: traces made from rows, drawn at random, or
+//! read from the repository's `data/traces`, and how many cases a proptest
+//! runs.
 
 use std::path::PathBuf;
 
@@ -58,4 +59,13 @@ pub fn shared(name: &str, scale: u64) -> Trace {
     let path =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../data/traces/{name}.csv.gz"));
     Trace::open(path).unwrap().scaled(scale)
+}
+
+/// Cases a proptest runs: `PROPTEST_CASES` if set (a longer search before a
+/// release, or a shorter one while iterating), else `default`, what CI runs.
+pub fn cases(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
