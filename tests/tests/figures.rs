@@ -345,7 +345,7 @@ fn every_trace_gives_the_figures_of_the_checked_in_table() {
     let bench_path = root().join("BENCHMARKS.md");
     if std::env::var_os("VRAMPOOL_UPDATE_FIGURES").is_some() {
         let table = Table {
-            note: "tests/tests/figures.rs: every trace of data/traces and data/traces/heldout at ÷1, ÷16, ÷64 on the simulated H200 (141 GiB, 4 GiB buffers), no limit and the smallest budget with no OOM (bisected to ±0.0005, rounded up to 0.001), under the default policy, the PyTorch preset and PyTorch with expandable_segments on simulated virtual memory (bytes_created: bytes of pages mapped)".into(),
+            note: "tests/tests/figures.rs: every trace of data/traces and data/traces/heldout at ÷1, ÷16, ÷64 on the simulated H200 (141 GiB, 4 GiB buffers), no limit and the smallest budget with no OOM (bisected over 0.001 steps of peak live from 1 × to 4 ×: a budget that fits, one step above one that does not), under the default policy, the PyTorch preset and PyTorch with expandable_segments on simulated virtual memory (bytes_created: bytes of pages mapped)".into(),
             rows: rows.clone(),
         };
         let json = serde_json::to_string_pretty(&table).unwrap() + "\n";

@@ -547,12 +547,18 @@ fn replay_through<B: Backend>(
     }
 }
 
-/// The smallest hard limit, as a multiple of `peak_live` rounded up to 0.001,
-/// under which `replay` (called with a limit in bytes; it returns whether the
-/// replay had no OOM, and its device allocations) runs with no OOM, and the
-/// device allocations it then needs; `None` if even 4 × peak live fails.
-/// Bisects between 1 × and 4 × to ±0.0005, trying 1 × first, then confirms
-/// the rounded figure itself.
+/// The smallest budget with no OOM, in steps of 0.001 × `peak_live`: the
+/// hard limit `replay` is called with (in bytes; it returns whether the
+/// replay had no OOM, and its device allocations), as a multiple of
+/// `peak_live`, and the device allocations of that very replay; `None` if
+/// even 4 × peak live runs out.
+///
+/// Bisects over whole steps between 1 × and 4 ×, trying 1 × first, so the
+/// figure is always a budget the replay ran at with no OOM, one step above
+/// one where it ran out (or 1 × itself). Budgets are not monotonic: a larger
+/// limit changes which segments are made, and a replay can run out a step
+/// above a budget where it fits; the figure is the threshold the bisection
+/// finds, where a budget one step lower fails.
 ///
 /// ```
 /// use vrampool::trace::smallest_budget;
@@ -565,19 +571,24 @@ pub fn smallest_budget<E>(
     peak_live: u64,
     mut replay: impl FnMut(u64) -> Result<(bool, u64), E>,
 ) -> Result<Option<(f64, u64)>, E> {
-    let mut attempt = |x: f64| replay((peak_live as f64 * x).ceil() as u64);
-    let (mut lo, mut hi) = (1.0f64, 4.0f64);
+    // k thousandths of peak live, rounded up to a byte.
+    let mut attempt = |k: u64| {
+        let limit = (u128::from(peak_live) * u128::from(k)).div_ceil(1000);
+        replay(u64::try_from(limit).unwrap_or(u64::MAX))
+    };
+    let (mut lo, mut hi) = (1000u64, 4000u64);
     let (fits, mut allocs) = attempt(hi)?;
     if !fits {
         return Ok(None);
     }
     // Most policies fit within a few percent: try there first.
-    let (fits, at_one) = attempt(1.0)?;
+    let (fits, at_one) = attempt(lo)?;
     if fits {
         return Ok(Some((1.0, at_one)));
     }
-    while hi - lo > 0.0005 {
-        let mid = (lo + hi) / 2.0;
+    // lo runs out, hi fits (and allocs are hi's).
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
         let (fits, at_mid) = attempt(mid)?;
         if fits {
             hi = mid;
@@ -586,13 +597,5 @@ pub fn smallest_budget<E>(
             lo = mid;
         }
     }
-    let x = (hi * 1000.0).ceil() / 1000.0;
-    if x > hi {
-        // Confirm the rounded figure itself (it is above the bisected one).
-        let (fits, at_x) = attempt(x)?;
-        if fits {
-            allocs = at_x;
-        }
-    }
-    Ok(Some((x, allocs)))
+    Ok(Some((hi as f64 / 1000.0, allocs)))
 }

@@ -44,7 +44,7 @@ pub struct ReplayArgs {
     /// Run every policy on each trace and print one table.
     #[arg(long)]
     compare: bool,
-    /// Also find the smallest budget (× peak live, ±0.001) that replays with no OOM.
+    /// Also find the smallest budget (× peak live, in 0.001 steps) that replays with no OOM.
     #[arg(long)]
     min_budget: bool,
     /// Divide every size by N, so a trace larger than the device fits.

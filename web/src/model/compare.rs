@@ -326,10 +326,11 @@ fn trim(mut m: Moment, max: usize) -> Moment {
     m
 }
 
-/// The smallest hard limit (× peak live, to 0.001) under which `policy`
-/// replays `trace` on `device` with no OOM, and the device allocations it
-/// then makes; `None` if even 4 × fails. Core's bisection, the one the
-/// harness's `--min-budget` runs.
+/// The smallest hard limit (× peak live, in 0.001 steps) under which
+/// `policy` replays `trace` on `device` with no OOM, and the device
+/// allocations that replay makes; `None` if even 4 × fails. Core's
+/// bisection (`trace::smallest_budget`), the one the harness's
+/// `--min-budget` runs.
 pub fn smallest_budget_of(
     trace: &Trace,
     policy: Policy,

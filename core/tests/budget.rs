@@ -1,0 +1,87 @@
+//! The smallest budget with no OOM (`trace::smallest_budget`): always a
+//! budget the replay ran at and fit, reported with that replay's device
+//! allocations, one 0.001 step above a budget that ran out.
+
+use proptest::prelude::*;
+use vrampool::trace::smallest_budget;
+
+#[allow(dead_code)] // cases() only
+mod common;
+
+/// Peak live bytes for which step k (k thousandths) is a limit of k × 1000 bytes.
+const PEAK: u64 = 1_000_000;
+
+#[test]
+fn a_threshold_between_two_steps_is_the_step_above_it() {
+    // Fits from 1.0008 × up: 1.001 is the smallest step that fits.
+    let min = smallest_budget(PEAK, |limit| Ok::<_, ()>((limit >= 1_000_800, limit)));
+    assert_eq!(min, Ok(Some((1.001, 1_001_000))));
+}
+
+#[test]
+fn a_figure_that_runs_out_is_never_reported() {
+    // Fits from 1.0091 × up except around 1.010 (budgets are not monotonic):
+    // the figure is a budget that fit, with that replay's allocations.
+    let fits = |limit: u64| limit >= 1_009_100 && !(1_009_990..=1_010_010).contains(&limit);
+    let (x, allocs) = smallest_budget(PEAK, |limit| Ok::<_, ()>((fits(limit), limit)))
+        .unwrap()
+        .unwrap();
+    let limit = (x * PEAK as f64).round() as u64;
+    assert!(fits(limit), "{x} ran out");
+    assert_eq!(
+        allocs, limit,
+        "the allocations are the figure's own replay's"
+    );
+}
+
+#[test]
+fn one_and_four_times_are_the_ends() {
+    let at_one = smallest_budget(PEAK, |_| Ok::<_, ()>((true, 3)));
+    assert_eq!(at_one, Ok(Some((1.0, 3))));
+    let never = smallest_budget(PEAK, |_| Ok::<_, ()>((false, 3)));
+    assert_eq!(never, Ok(None));
+    let at_four = smallest_budget(PEAK, |limit| Ok::<_, ()>((limit >= 4 * PEAK, 3)));
+    assert_eq!(at_four, Ok(Some((4.0, 3))));
+    // A replay's error is the search's.
+    assert_eq!(
+        smallest_budget(PEAK, |_| Err::<(bool, u64), _>("lost")),
+        Err("lost")
+    );
+}
+
+#[test]
+fn a_peak_near_u64_max_asks_for_at_most_u64_max() {
+    let mut asked = Vec::new();
+    let min = smallest_budget(u64::MAX / 2, |limit| {
+        asked.push(limit);
+        Ok::<_, ()>((limit == u64::MAX, 0))
+    });
+    assert_eq!(min, Ok(Some((2.001, 0))));
+    assert!(asked.contains(&u64::MAX));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(common::cases(256)))]
+
+    /// Whatever budgets run out, the figure fit, its allocations are its
+    /// own replay's, and one step below it ran out (or it is 1 ×).
+    #[test]
+    fn the_figure_fits_and_one_step_below_does_not(
+        threshold in 1000u64..4200,
+        holes in proptest::collection::vec(1000u64..4000, 0..40),
+    ) {
+        let fits = |k: u64| k >= threshold && !holes.contains(&k);
+        let min = smallest_budget(PEAK, |limit| {
+            prop_assert_eq!(limit % 1000, 0, "whole steps only");
+            Ok((fits(limit / 1000), limit / 1000))
+        })?;
+        match min {
+            None => prop_assert!(!fits(4000)),
+            Some((x, k)) => {
+                prop_assert_eq!(x, k as f64 / 1000.0);
+                prop_assert!(fits(k));
+                prop_assert!(k == 1000 || !fits(k - 1));
+            }
+        }
+    }
+}
