@@ -107,9 +107,11 @@ pub struct Counters {
     pub bytes_released: u64,
     /// Bytes released by the last `empty_cache()`.
     pub last_empty_cache_bytes: u64,
-    /// Segments released while they held pending blocks: given up rather than
-    /// destroyed, so commands still recorded against them stay valid (wgpu
-    /// frees them after those commands).
+    /// Segments given up rather than destroyed: released while they held
+    /// pending blocks, so commands still recorded against them stay valid
+    /// (wgpu frees them after those commands), or retired
+    /// ([`Engine::retire`](crate::Engine::retire): a staging buffer a view
+    /// still maps, freed once the view is gone).
     pub segments_abandoned: u64,
     /// Requests served by moving relocatable blocks out of their way instead
     /// of a new segment (see `Request::relocatable`).

@@ -500,6 +500,72 @@ fn staging_buffers_are_reused_only_once_unmapped() {
     assert!(read(&again).iter().all(|&b| b == 7), "and maps again");
 }
 
+/// A readback block holding 7s, copied from a storage block and submitted.
+fn readback_of_sevens(pool: &Pool) -> PoolBuffer {
+    let src = pool.alloc(AllocDesc::storage(4096)).unwrap();
+    pool.queue()
+        .write_buffer(src.buffer(), src.offset(), &[7u8; 4096]);
+    let rb = pool.alloc(AllocDesc::readback(4096)).unwrap();
+    let mut enc = pool.device().create_command_encoder(&Default::default());
+    enc.copy_buffer_to_buffer(src.buffer(), src.offset(), rb.buffer(), rb.offset(), 4096);
+    pool.submit([enc.finish()]);
+    rb
+}
+
+#[test]
+fn a_mapped_view_may_outlive_its_readback_block() {
+    // wgpu 30's views keep their buffer: plain wgpu code may return a view
+    // and drop the buffer. The pool's unmap on drop then panics inside wgpu;
+    // the block must neither leak nor serve again while the view reads it.
+    let pool = pool();
+    let rb = readback_of_sevens(&pool);
+    rb.slice().map_async(wgpu::MapMode::Read, |r| r.unwrap());
+    pool.device()
+        .poll(wgpu::PollType::wait_indefinitely())
+        .unwrap();
+    let view = rb.slice().get_mapped_range().unwrap();
+    let buffer = rb.buffer().clone();
+    drop(rb);
+    assert!(pool.leaks().is_empty(), "the block went back");
+    assert_eq!(
+        pool.stats().counters.segments_abandoned,
+        1,
+        "and its buffer with it"
+    );
+    let next = pool.alloc(AllocDesc::readback(4096)).unwrap();
+    assert_ne!(next.buffer(), &buffer, "a buffer a view maps serves nobody");
+    assert!(view.iter().all(|&b| b == 7), "the view reads what it read");
+    drop((view, buffer, next));
+    // The pool goes on: a readback maps and reads again.
+    let again = readback_of_sevens(&pool);
+    assert!(read_mapped(&pool, &again).iter().all(|&b| b == 7));
+}
+
+#[test]
+fn a_map_callback_that_panics_as_its_block_drops_leaks_nothing() {
+    // Dropping a block with a map pending aborts the map: the callback runs
+    // with MapAborted, and a callback that unwraps panics in the drop. The
+    // panic is the caller's; the block still goes back.
+    let pool = pool();
+    let rb = readback_of_sevens(&pool);
+    rb.slice().map_async(wgpu::MapMode::Read, |r| r.unwrap());
+    let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(rb)));
+    assert!(dropped.is_err(), "the callback's panic reaches the caller");
+    assert!(pool.leaks().is_empty(), "the block went back");
+    assert_eq!(pool.stats().total.allocated_bytes.current, 0);
+    let again = readback_of_sevens(&pool);
+    assert!(read_mapped(&pool, &again).iter().all(|&b| b == 7));
+}
+
+/// Maps `block` for reading and returns its bytes.
+fn read_mapped(pool: &Pool, block: &PoolBuffer) -> Vec<u8> {
+    block.slice().map_async(wgpu::MapMode::Read, |r| r.unwrap());
+    pool.device()
+        .poll(wgpu::PollType::wait_indefinitely())
+        .unwrap();
+    block.slice().get_mapped_range().unwrap().to_vec()
+}
+
 #[test]
 fn a_zeroed_upload_buffer_reads_zeros_though_its_last_owner_wrote_it() {
     // MAP_WRITE combines only with COPY_SRC, so nothing can clear a reused

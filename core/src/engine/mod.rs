@@ -355,6 +355,34 @@ impl<B: Backend> Engine<B> {
         Ok(())
     }
 
+    /// Frees block `id` for good: its segment, if nothing else lives there
+    /// (no block pending, not pinned), goes back to the device at once,
+    /// abandoned (its handle dropped, not destroyed), instead of serving
+    /// another request. For a block of its own segment whose memory no later
+    /// owner may be handed: a staging buffer a mapped view still reads, which
+    /// wgpu frees once the view is gone. Returns the bytes released.
+    ///
+    /// ```
+    /// use vrampool::{Config, Engine, Request, SimulatedDevice};
+    /// let mut e = Engine::new(SimulatedDevice::new(1 << 30), Config::default())?;
+    /// let staging = e.allocate(Request { exclusive: true, ..Request::new(4096, 1) })?;
+    /// assert_eq!(e.retire(staging.id)?, 4096);
+    /// assert_eq!(e.reserved_bytes(), 0);
+    /// assert_eq!(e.stats().counters.segments_abandoned, 1);
+    /// # Ok::<(), vrampool::Error>(())
+    /// ```
+    pub fn retire(&mut self, id: crate::BlockId) -> Result<u64> {
+        let (b, row) = self.take_live(id)?;
+        store::log_free(&mut self.recorder, self.recording, row);
+        let segment = self.blocks[b as usize].segment;
+        self.make_free(b);
+        let released = self.release_segment(segment, true);
+        if released > 0 {
+            self.backend.flush_releases();
+        }
+        Ok(released)
+    }
+
     /// Whether `id` is a live block of this engine.
     #[cfg(feature = "wgpu")]
     pub(crate) fn is_live(&self, id: crate::BlockId) -> bool {

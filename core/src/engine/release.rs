@@ -180,13 +180,22 @@ impl<B: Backend> Engine<B> {
     /// Releases the segment of cached block `b` if it holds no live or
     /// pending block and is not pinned.
     pub(super) fn release_segment_of(&mut self, b: u32) {
-        let segment = self.blocks[b as usize].segment;
+        if self.release_segment(self.blocks[b as usize].segment, false) > 0 {
+            self.backend.flush_releases();
+        }
+    }
+
+    /// Releases `segment` (destroyed, or with `abandon` only dropped) if it
+    /// is still held, holds no live or pending block and is not pinned.
+    /// Returns the bytes released.
+    pub(super) fn release_segment(&mut self, segment: u32, abandon: bool) -> u64 {
         if self.segments[segment as usize]
             .as_ref()
             .is_some_and(|s| s.releasable() && s.pending == 0)
         {
-            self.remove_segment(segment);
-            self.backend.flush_releases();
+            self.remove_segment_as(segment, abandon)
+        } else {
+            0
         }
     }
 

@@ -509,6 +509,11 @@ impl<B: Backend> Engine<B> {
     /// destroyed when it is all free, abandoned when it holds pending blocks.
     /// Returns its size.
     pub(super) fn remove_segment(&mut self, i: u32) -> u64 {
+        self.remove_segment_as(i, false)
+    }
+
+    /// [`Engine::remove_segment`], abandoned whatever it holds with `abandon`.
+    pub(super) fn remove_segment_as(&mut self, i: u32, abandon: bool) -> u64 {
         let s = self.segments[i as usize].take().unwrap();
         debug_assert_eq!(s.live, 0);
         let key = self.key(s.class);
@@ -547,7 +552,7 @@ impl<B: Backend> Engine<B> {
         }
         self.counters.device_frees += 1;
         self.counters.bytes_released += s.size;
-        if s.pending > 0 {
+        if abandon || s.pending > 0 {
             self.counters.segments_abandoned += 1;
             self.backend.abandon_segment(s.payload);
         } else {

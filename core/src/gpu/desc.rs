@@ -170,6 +170,13 @@ impl<'a> AllocDesc<'a> {
         Self::new(size, U::INDIRECT | U::COPY_DST)
     }
     /// A staging buffer to read results back (`MAP_READ | COPY_DST`).
+    ///
+    /// Dropped while mapped, the pool unmaps it and reuses it. A view (from
+    /// `get_mapped_range`) may outlive it, as in plain wgpu: wgpu then
+    /// refuses the unmap with a panic the pool catches (the panic hook still
+    /// prints it; with `panic = "abort"` it aborts), and the buffer serves
+    /// nobody again, freed once the view is gone. Dropped with a map
+    /// pending, the map is aborted and its callback runs at the drop.
     pub fn readback(size: u64) -> Self {
         Self::new(size, U::MAP_READ | U::COPY_DST)
     }

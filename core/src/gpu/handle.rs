@@ -2,8 +2,10 @@
 //! of a segment, returned on drop), [`WeakBuffer`], and the [`BufferBlock`]
 //! they point at, with its buffer, range and bindings.
 
+use std::any::Any;
 use std::num::NonZeroU64;
 use std::ops::Range;
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::sync::{Arc, Weak};
 
 use crate::types::{BlockId, SegmentId};
@@ -140,17 +142,51 @@ impl Drop for BufferBlock {
         let Some(inner) = self.pool.upgrade() else {
             return;
         };
+        let mut retire = false;
+        let mut callback_panic = None;
         if self.mappable() {
             // A staging buffer goes back only unmapped. Unmapping an unmapped
             // buffer is a validation error in wgpu; the scope swallows it.
+            // Unmapping also aborts a pending map, whose callback runs now
+            // (with MapAborted) and may panic, and it panics in wgpu while a
+            // view of the buffer is alive (a view keeps its buffer, and may
+            // outlive the block): neither may keep the block from the pool.
             let scope = inner.device.push_error_scope(wgpu::ErrorFilter::Validation);
-            self.buffer.unmap();
+            if let Err(panic) = catch_unwind(AssertUnwindSafe(|| self.buffer.unmap())) {
+                // Perhaps still mapped: the block never serves again; its
+                // buffer is dropped, and wgpu frees it once no view holds it.
+                retire = true;
+                if !a_view_is_alive(&*panic) {
+                    callback_panic = Some(panic);
+                }
+            }
             drop(scope);
         }
-        let cache = self.front.cache;
-        let stamp = cache.stamp();
-        inner.free_from_drop(DeferredFree::Block { id: self.id, stamp });
+        let stamp = self.front.cache.stamp();
+        inner.free_from_drop(DeferredFree::Block {
+            id: self.id,
+            stamp,
+            retire,
+        });
+        // A map callback's panic is the caller's: raised once the block is
+        // back (not while unwinding already, which would abort).
+        if let Some(panic) = callback_panic
+            && !std::thread::panicking()
+        {
+            resume_unwind(panic);
+        }
     }
+}
+
+/// Whether a panic of `wgpu::Buffer::unmap` is wgpu refusing to unmap a
+/// buffer that a view still maps (which plain wgpu code may keep past the
+/// buffer's last handle).
+fn a_view_is_alive(panic: &(dyn Any + Send)) -> bool {
+    let message = panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str));
+    message.is_some_and(|m| m.contains("still has accessible mapped views"))
 }
 
 /// A strong handle to a pool block. Clones share the block; it returns to the

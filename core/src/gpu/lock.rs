@@ -271,8 +271,14 @@ pub(super) fn notify_lost(state: &Arc<LostState>) {
 
 /// What waits for the engine's lock when taking it could wait forever.
 pub(super) enum DeferredFree {
-    /// A block's last handle went: back to the engine, stamped at its drop.
-    Block { id: BlockId, stamp: u64 },
+    /// A block's last handle went: back to the engine, stamped at its drop;
+    /// with `retire`, never to serve again ([`Engine::retire`]: a staging
+    /// buffer wgpu could not unmap).
+    Block {
+        id: BlockId,
+        stamp: u64,
+        retire: bool,
+    },
     /// A movable block's last handle went: out of the table too.
     Movable { id: BlockId, stamp: u64 },
     /// An asynchronous allocation was dropped between its plan and its
@@ -477,7 +483,14 @@ impl Inner {
     fn free_now(&self, engine: &mut Engine<WgpuBackend>, free: DeferredFree) {
         let mark = self.front.cache.reusable_mark();
         match free {
-            DeferredFree::Block { id, stamp } => self.release(engine, id, stamp, mark),
+            DeferredFree::Block {
+                id, retire: true, ..
+            } => {
+                // Its segment is its own and no later owner gets it, so no
+                // submit needs to cover the drop.
+                let _ = engine.retire(id);
+            }
+            DeferredFree::Block { id, stamp, .. } => self.release(engine, id, stamp, mark),
             DeferredFree::Movable { id, stamp } => {
                 self.forget_movable(id);
                 self.release(engine, id, stamp, mark)
