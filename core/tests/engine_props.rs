@@ -32,6 +32,8 @@ enum Op {
     /// Plans an allocation and cancels the plan if it needs a segment.
     PlanCancel(u64),
     Free(usize),
+    /// Engine::retire: freed for good, its segment released if nothing else is there.
+    Retire(usize),
     DeferFree(usize),
     Reclaim,
     EmptyCache,
@@ -60,6 +62,7 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(size, usage, exclusive, group, fresh)| Op::Alloc { size, usage, exclusive, group, fresh }),
         1 => size().prop_map(Op::PlanCancel),
         4 => any::<usize>().prop_map(Op::Free),
+        1 => any::<usize>().prop_map(Op::Retire),
         4 => any::<usize>().prop_map(Op::DeferFree),
         2 => Just(Op::Reclaim),
         1 => Just(Op::EmptyCache),
@@ -240,6 +243,26 @@ proptest! {
                         engine.free(id).unwrap();
                         // A second free of the same block is an error, not a corruption.
                         prop_assert!(matches!(engine.free(id), Err(Error::UnknownBlock(_))));
+                    }
+                }
+                Op::Retire(i) => {
+                    if !live.is_empty() {
+                        let (id, _, r) = live.swap_remove(i % live.len());
+                        let before = engine.stats();
+                        let released = engine.retire(id).unwrap();
+                        let after = engine.stats();
+                        prop_assert_eq!(after.counters.bytes_released - before.counters.bytes_released, released);
+                        // Its bytes serve nobody again: its segment is gone,
+                        // unless something else keeps it.
+                        for seg in engine.snapshot().segments {
+                            if seg.address <= r.0 && r.0 < seg.address + seg.size {
+                                prop_assert!(
+                                    seg.pinned || seg.blocks.iter().any(|b| b.state != SnapshotState::Free),
+                                    "a retired block's segment holding nothing else is kept"
+                                );
+                            }
+                        }
+                        prop_assert!(matches!(engine.retire(id), Err(Error::UnknownBlock(_))));
                     }
                 }
                 Op::DeferFree(i) => {

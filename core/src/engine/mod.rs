@@ -374,13 +374,14 @@ impl<B: Backend> Engine<B> {
     pub fn retire(&mut self, id: crate::BlockId) -> Result<u64> {
         let (b, row) = self.take_live(id)?;
         store::log_free(&mut self.recorder, self.recording, row);
+        let before = self.counters.bytes_released;
         let segment = self.blocks[b as usize].segment;
+        // Freeing may release it already (the cache limit).
         self.make_free(b);
-        let released = self.release_segment(segment, true);
-        if released > 0 {
+        if self.release_segment(segment, true) > 0 {
             self.backend.flush_releases();
         }
-        Ok(released)
+        Ok(self.counters.bytes_released - before)
     }
 
     /// Whether `id` is a live block of this engine.
