@@ -316,18 +316,7 @@ fn figures(
         Ok(r)
     };
     let r = run(None)?;
-    if r.ooms > 0 {
-        bail!(
-            "{} of {} allocations were refused with no limit (peak live {}, device {} with \
-             buffers of at most {}): give a larger --capacity or --max-buffer-size, or a \
-             larger scale",
-            r.ooms,
-            r.allocs,
-            fmt_bytes(t.peak_live),
-            fmt_bytes(a.capacity),
-            fmt_bytes(a.max_buffer_size)
-        );
-    }
+    refused_with_no_limit(r.ooms, r.allocs, t, a)?;
     let min = if a.min_budget {
         smallest_budget(t.peak_live, |limit| {
             let r = run(Some(limit))?;
@@ -347,24 +336,44 @@ fn figures(
     })
 }
 
+/// A replay with no limit that ran out of memory has no figures to show:
+/// the device is too small for the trace.
+fn refused_with_no_limit(ooms: u64, allocs: u64, t: &Trace, a: &CorpusArgs) -> Result<()> {
+    if ooms > 0 {
+        bail!(
+            "{ooms} of {allocs} allocations were refused with no limit (peak live {}, device {} \
+             with buffers of at most {}): give a larger --capacity or --max-buffer-size, or a \
+             larger scale",
+            fmt_bytes(t.peak_live),
+            fmt_bytes(a.capacity),
+            fmt_bytes(a.max_buffer_size)
+        );
+    }
+    Ok(())
+}
+
 /// `t` through PyTorch with expandable segments on a device of the
 /// simulated device's memory (see [`ExpandableRow`]): its figures and, with
 /// `--min-budget`, its smallest budget.
 fn expandable_figures(
     t: &Trace,
     a: &CorpusArgs,
-) -> (RowFigures, Option<(f64, u64)>, ExpandableStats) {
+) -> Result<(RowFigures, Option<(f64, u64)>, ExpandableStats)> {
     let run = |limit: Option<u64>| {
         let mut vm = Expandable::new(a.capacity, limit);
         let mut replayer = Replayer::new(t);
         // Refusals are out-of-memory only: the replay counts them and goes on.
         while replayer.step(&mut vm).unwrap_or(true) {}
-        (replayer.counts().ooms, vm.stats())
+        let counts = replayer.counts();
+        (counts.ooms, counts.allocs, vm.stats())
     };
-    let (_, s) = run(None);
+    let (ooms, allocs, s) = run(None);
+    // Like the engine's rows, none with no limit: on a device too small for
+    // the trace its figures would be those of a partial replay.
+    refused_with_no_limit(ooms, allocs, t, a)?;
     let min = if a.min_budget {
         smallest_budget::<()>(t.peak_live, |limit| {
-            let (ooms, s) = run(Some(limit));
+            let (ooms, _, s) = run(Some(limit));
             Ok((ooms == 0, s.device_allocs))
         })
         .unwrap_or(None)
@@ -378,7 +387,7 @@ fn expandable_figures(
         bytes_created: s.bytes_mapped,
         min_budget: min.map(|m| m.0),
     };
-    (row, min, s)
+    Ok((row, min, s))
 }
 
 /// The size of a jitter: every distinct size moved by up to 10 %.
@@ -462,7 +471,7 @@ fn row(
     } else {
         None
     };
-    let (x, x_min, x_stats) = expandable_figures(&t, a);
+    let (x, x_min, x_stats) = expandable_figures(&t, a).context("expandable")?;
     let x_missed = targets.missed(&x, &p.row);
     let expandable = ExpandableRow {
         ratio: x.peak_reserved as f64 / x.peak_live as f64,

@@ -269,7 +269,8 @@ impl<B: Backend> Buffers<B> {
     }
 
     fn fits(&self, size: u64) -> bool {
-        self.limit.is_none_or(|l| self.f.reserved + size <= l)
+        self.limit
+            .is_none_or(|l| self.f.reserved.checked_add(size).is_some_and(|r| r <= l))
     }
 
     /// The out-of-memory a refused `size`-byte buffer is.
@@ -337,6 +338,12 @@ impl<B: Backend> Buffers<B> {
     }
 }
 
+/// `size` rounded up to 4 bytes, as wgpu requires for copies; a size that
+/// cannot be is left as it is (larger than any buffer: `create` refuses it).
+fn round_to_4(size: u64) -> u64 {
+    size.checked_next_multiple_of(4).unwrap_or(size)
+}
+
 /// No pool: every request is its own device buffer (size rounded up to 4
 /// bytes, as wgpu requires for copies), destroyed on free.
 pub struct NoCache<B: Backend>(Buffers<B>);
@@ -351,7 +358,7 @@ impl<B: Backend> NoCache<B> {
 impl<B: Backend> ReplayTarget for NoCache<B> {
     type Handle = usize;
     fn allocate(&mut self, size: u64) -> Result<usize, Error> {
-        let slot = self.0.create(size.div_ceil(4) * 4)?;
+        let slot = self.0.create(round_to_4(size))?;
         self.0.f.allocated += self.0.size(slot);
         Ok(slot)
     }
@@ -389,11 +396,9 @@ impl<B: Backend> SizeClass<B> {
     }
 
     fn class(&self, size: u64) -> u64 {
-        let c = size.max(256).next_power_of_two();
-        if c > self.dev.backend.max_segment_size() {
-            size.div_ceil(4) * 4
-        } else {
-            c
+        match size.max(256).checked_next_power_of_two() {
+            Some(c) if c <= self.dev.backend.max_segment_size() => c,
+            _ => round_to_4(size),
         }
     }
 }

@@ -72,6 +72,18 @@ fn compare_on_a_real_trace_beats_the_baselines() {
     // No pool: one device buffer per request, nothing held beyond live.
     let none = &by("none")["report"];
     assert_eq!(f(&none["device_allocs"]), f(&none["allocs"]));
+    // A buffer destroyed per free of the trace: the harness's own frees of
+    // what is live at the end are not the replay's (lstm_train ends with two
+    // tensors live).
+    assert_eq!(f(&none["device_frees"]), f(&none["frees"]));
+    let lstm = json(
+        vrampool()
+            .args(["replay", "--simulate", "--policy", "none"])
+            .arg(trace("lstm_train")),
+    );
+    let lstm = &lstm[0]["report"];
+    assert_eq!(f(&lstm["device_frees"]), f(&lstm["frees"]), "{lstm}");
+    assert!(f(&lstm["allocs"]) > f(&lstm["frees"]));
     assert!(f(&none["reserved_ratio"]) < 1.001);
     let ours = by("vrampool");
     assert!(f(&ours["report"]["reserved_ratio"]) <= 1.10);
@@ -867,6 +879,21 @@ fn bad_requests_are_refused() {
         &[],
         "ok ÷1 ×1: vrampool: 1 of 1 allocations were refused with no limit",
     );
+    // A device the pool fits and PyTorch's expandable segments (20 MiB
+    // pages ÷64) do not: the row's figures would be a partial replay's.
+    let gpt = trace("gpt_train");
+    refuses(
+        &[
+            "corpus",
+            "--scales",
+            "64",
+            "--capacity",
+            "180000000",
+            gpt.to_str().unwrap(),
+        ],
+        &[],
+        "gpt_train ÷64 ×1: expandable: 3 of",
+    );
     refuses(
         &["corpus", "--set", "limit=1000", &t],
         &[],
@@ -1019,6 +1046,31 @@ fn bad_requests_are_refused() {
         ],
         "no GPU adapter found",
     );
+}
+
+#[test]
+fn a_size_near_u64_max_is_an_out_of_memory_for_every_policy() {
+    // On a device that claims to hold it: the baselines' size arithmetic
+    // wrapped to a 0-byte buffer and "served" it.
+    let d = tempfile::tempdir().unwrap();
+    let t = file(
+        &d,
+        "huge.csv",
+        &format!("{H}0,0,allocate,0x10,{},0x0\n", u64::MAX),
+    );
+    let max = u64::MAX.to_string();
+    let v = json(
+        vrampool()
+            .args(["replay", "--simulate", "--compare"])
+            .args(["--max-buffer-size", &max, "--capacity", &max, &t]),
+    );
+    let rows = v.as_array().unwrap();
+    assert_eq!(rows.len(), 5);
+    for r in rows {
+        let rep = &r["report"];
+        assert_eq!(f(&rep["ooms"]), 1.0, "{r}");
+        assert_eq!(f(&rep["device_allocs"]), 0.0, "{r}");
+    }
 }
 
 #[test]

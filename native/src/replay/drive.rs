@@ -204,11 +204,14 @@ fn drive<P: Policy>(
         peak.allocated = s.total.allocated_bytes.peak;
         peak.reserved = s.total.reserved_bytes.peak;
     }
+    // The replay's figures, before the blocks still live are freed (for
+    // `empty_cache` to give everything back): a baseline that destroys a
+    // buffer per free would count those as the replay's.
+    let f = p.figures();
     for h in replayer.take_live() {
         p.free(h);
     }
     let summary = stats.map(|s| s.summary()).unwrap_or_default();
-    let f = p.figures();
     probe(Moment::CacheHeld);
     let released_at_end = p.empty_cache();
     probe(Moment::Emptied);
@@ -250,10 +253,10 @@ fn drive<P: Policy>(
     })
 }
 
-/// The smallest budget, as a multiple of peak live rounded up to 0.001, under
+/// The smallest budget, as a multiple of peak live in 0.001 steps, under
 /// which `job`'s policy replays its trace with no OOM (its own limit is not
 /// used), with the device allocations it then needs; `None` if even 4 ×
-/// peak live fails.
+/// peak live fails (see `trace::smallest_budget`).
 pub fn min_budget<B: Backend>(
     job: Job<'_>,
     make: &mut dyn FnMut() -> Result<B>,
