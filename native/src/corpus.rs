@@ -352,13 +352,16 @@ fn refused_with_no_limit(ooms: u64, allocs: u64, t: &Trace, a: &CorpusArgs) -> R
     Ok(())
 }
 
+/// A smallest budget (× peak live) and the device allocations at it.
+type Budget = (f64, u64);
+
 /// `t` through PyTorch with expandable segments on a device of the
 /// simulated device's memory (see [`ExpandableRow`]): its figures and, with
 /// `--min-budget`, its smallest budget.
 fn expandable_figures(
     t: &Trace,
     a: &CorpusArgs,
-) -> Result<(RowFigures, Option<(f64, u64)>, ExpandableStats)> {
+) -> Result<(RowFigures, Option<Budget>, ExpandableStats)> {
     let run = |limit: Option<u64>| {
         let mut vm = Expandable::new(a.capacity, limit);
         let mut replayer = Replayer::new(t);
