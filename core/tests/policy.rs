@@ -631,6 +631,8 @@ fn a_pool_never_told_of_a_submit_still_gets_its_memory_back() {
         s.total.reserved_bytes.peak / MIB
     );
     assert!(s.counters.segments_abandoned > 0);
+    // Nor does it keep a record of each free it abandoned (the deferred
+    // queue grew by one entry per step: StaleDeferred).
     e.check_invariants().unwrap();
     // The control: told of a submit every step, the pool reuses the block.
     let e = steps_freed_before_submits(true);

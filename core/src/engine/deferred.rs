@@ -8,7 +8,7 @@ use crate::error::Result;
 use crate::types::BlockId;
 
 use super::Engine;
-use super::store::{BlockState, FreeRow, log_free};
+use super::store::{Block, BlockState, FreeRow, log_free};
 
 /// A block freed with [`Engine::defer_free`], waiting for its mark.
 #[derive(Debug, Clone, Copy)]
@@ -18,6 +18,15 @@ pub(super) struct Deferred {
     pub(super) generation: u32,
     /// Its free's row, if a recording was under way (see `log_free`).
     pub(super) row: Option<FreeRow>,
+}
+
+impl Deferred {
+    /// Whether this free still waits: its block is pending, not released
+    /// with its segment.
+    pub(super) fn waits(&self, blocks: &[Block]) -> bool {
+        let block = &blocks[self.block as usize];
+        block.state == BlockState::Pending && block.generation == self.generation
+    }
 }
 
 impl<B: Backend> Engine<B> {
@@ -108,10 +117,10 @@ impl<B: Backend> Engine<B> {
             }
             self.deferred.pop_front();
             log_free(&mut self.recorder, self.recording, d.row);
-            let block = &self.blocks[d.block as usize];
-            if block.state != BlockState::Pending || block.generation != d.generation {
+            if !d.waits(&self.blocks) {
                 continue; // released with its segment
             }
+            let block = &self.blocks[d.block as usize];
             let (segment, size) = (block.segment, block.size);
             let seg = self.segments[segment as usize].as_mut().unwrap();
             seg.pending -= size;
@@ -127,6 +136,21 @@ impl<B: Backend> Engine<B> {
             self.allocated_since_reclaim = 0;
         }
         bytes
+    }
+
+    /// Forgets the deferred frees of blocks released with their segment (a
+    /// segment the limits, the headroom or `empty_cache` abandoned): a
+    /// caller that never reclaims would otherwise keep them all. Their
+    /// frees are logged now, as the memory goes.
+    pub(super) fn forget_released_deferred(&mut self) {
+        let (blocks, recorder, recording) = (&self.blocks, &mut self.recorder, self.recording);
+        self.deferred.retain(|d| {
+            let waits = d.waits(blocks);
+            if !waits {
+                log_free(recorder, recording, d.row);
+            }
+            waits
+        });
     }
 
     /// Bytes of pending blocks (see [`Engine::defer_free`]).

@@ -112,6 +112,14 @@ pub enum InvariantError {
         /// How often it is listed.
         times: u32,
     },
+    /// The deferred queue lists frees of blocks no longer pending (released
+    /// with their segment): it would grow without bound for a caller that
+    /// never reclaims (invariant 10).
+    #[error("the deferred queue lists {stale} frees of blocks no longer pending")]
+    StaleDeferred {
+        /// How many.
+        stale: usize,
+    },
     /// A block the wgpu binding's front cache holds is not live in the
     /// engine, or is held twice (invariant 12).
     #[error("parked block {block}: {why}")]
@@ -170,6 +178,14 @@ impl<B: Backend> Engine<B> {
         let mut deferred = HashMap::<(u32, u32), u32>::new();
         for d in &self.deferred {
             *deferred.entry((d.block, d.generation)).or_default() += 1;
+        }
+        let stale = self
+            .deferred
+            .iter()
+            .filter(|d| !d.waits(&self.blocks))
+            .count();
+        if stale > 0 {
+            return Err(E::StaleDeferred { stale });
         }
         for (i, s) in self.segments.iter().enumerate() {
             let Some(s) = s else { continue };

@@ -552,6 +552,9 @@ impl<B: Backend> Engine<B> {
         }
         self.counters.device_frees += 1;
         self.counters.bytes_released += s.size;
+        if pending_blocks > 0 {
+            self.forget_released_deferred();
+        }
         if abandon || s.pending > 0 {
             self.counters.segments_abandoned += 1;
             self.backend.abandon_segment(s.payload);
