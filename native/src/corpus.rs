@@ -504,10 +504,14 @@ fn row(
 
 /// Runs `vrampool corpus`.
 pub fn command(a: &CorpusArgs, c: &Common) -> Result<ExitCode> {
-    if c.adapter.is_some() || c.summary || c.timeline.is_some() {
+    if c.adapter.is_some()
+        || c.summary
+        || c.timeline.is_some()
+        || c.memory_hints != crate::device::Hints::Performance
+    {
         bail!(
             "corpus replays on the simulated device and prints its own table: --adapter, \
-             --summary and --timeline are for replay"
+             --memory-hints, --summary and --timeline are for replay"
         );
     }
     if a.follow && a.relocatable {

@@ -64,6 +64,13 @@ impl PolicyKind {
     pub fn runs_on_a_gpu(self) -> bool {
         self != PolicyKind::Expandable
     }
+
+    /// Whether the policy is vrampool's engine (its default configuration or
+    /// the PyTorch preset): the one that places by access, defers frees to a
+    /// submit and moves relocatable blocks.
+    pub fn is_engine(self) -> bool {
+        matches!(self, PolicyKind::Vrampool | PolicyKind::Pytorch)
+    }
 }
 
 /// How a replay's blocks are bound, which decides where the engine places

@@ -879,6 +879,55 @@ fn bad_requests_are_refused() {
         &[],
         "ok ÷1 ×1: vrampool: 1 of 1 allocations were refused with no limit",
     );
+    // Options a run would silently ignore.
+    refuses(
+        &[
+            "replay",
+            "--simulate",
+            "--policy",
+            "none",
+            "--submit-every",
+            "7",
+            &t,
+        ],
+        &[],
+        "--submit-every changes how the engine policies (vrampool, pytorch) place and free; none ignores it",
+    );
+    refuses(
+        &[
+            "replay",
+            "--simulate",
+            "--policy",
+            "size-class",
+            "--access",
+            "any",
+            &t,
+        ],
+        &[],
+        "--access changes how the engine policies",
+    );
+    refuses(
+        &[
+            "replay",
+            "--simulate",
+            "--relocatable",
+            "--budget",
+            "2x",
+            &t,
+        ],
+        &[],
+        "--relocatable moves blocks only with no limit or under a --ceiling",
+    );
+    refuses(
+        &["replay", "--simulate", "--nvidia-smi", &t],
+        &[],
+        "--nvidia-smi reads a GPU's memory",
+    );
+    refuses(
+        &["corpus", "--memory-hints", "memory-usage", &t],
+        &[],
+        "--memory-hints, --summary and --timeline are for replay",
+    );
     // A device the pool fits and PyTorch's expandable segments (20 MiB
     // pages ÷64) do not: the row's figures would be a partial replay's.
     let gpt = trace("gpt_train");
@@ -902,7 +951,7 @@ fn bad_requests_are_refused() {
     refuses(
         &["corpus", "--summary", &t],
         &[],
-        "--adapter, --summary and --timeline are for replay",
+        "--adapter, --memory-hints, --summary and --timeline are for replay",
     );
     refuses(
         &["corpus", "--follow", "--min-budget", &t],

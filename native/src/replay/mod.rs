@@ -159,6 +159,31 @@ pub fn command(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
             a.policy.name()
         );
     }
+    let engine_only = [
+        ("--submit-every", a.submit_every > 0),
+        ("--relocatable", a.relocatable),
+        ("--access", a.access != AccessMode::ReadWrite),
+    ];
+    if !a.compare
+        && !a.policy.is_engine()
+        && let Some((flag, _)) = engine_only.iter().find(|(_, given)| *given)
+    {
+        bail!(
+            "{flag} changes how the engine policies (vrampool, pytorch) place and free; {} \
+             ignores it: drop it, or use --compare",
+            a.policy.name()
+        );
+    }
+    if a.relocatable && !a.ceiling && (a.budget.is_some() || a.min_budget) {
+        bail!(
+            "--relocatable moves blocks only with no limit or under a --ceiling: under a budget \
+             the engine places every block exactly and moves none; drop --relocatable, or add \
+             --ceiling"
+        );
+    }
+    if a.nvidia_smi && c.simulate {
+        bail!("--nvidia-smi reads a GPU's memory, and --simulate runs on none: drop one");
+    }
     if a.follow
         && (a.access != AccessMode::ReadWrite
             || a.submit_every > 0
