@@ -239,11 +239,7 @@ impl Stats {
             c.frees,
             c.cache_hits,
             c.cache_misses,
-            if c.allocs == 0 {
-                0.0
-            } else {
-                100.0 * c.cache_hits as f64 / (c.cache_hits + c.cache_misses) as f64
-            }
+            100.0 * c.cache_hits as f64 / (c.cache_hits + c.cache_misses).max(1) as f64
         );
         let _ = writeln!(
             s,

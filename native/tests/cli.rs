@@ -550,6 +550,24 @@ fn summary_prints_memory_summary() {
         .success()
         .stdout(predicates::str::contains("memory_summary of resnet_train"))
         .stdout(predicates::str::contains("Reserved memory"));
+    // Under a budget that refuses 398 requests, the table's hit rate is the
+    // summary's: hits of the requests served.
+    let out = vrampool()
+        .args(["replay", "--simulate", "--summary", "--scale", "64"])
+        .args(["--budget", "1.0x"])
+        .arg(trace("small_loop"))
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&out.stdout);
+    let summary = out
+        .split("hit rate ")
+        .nth(1)
+        .and_then(|s| s.split('%').next())
+        .unwrap();
+    let row = out.lines().find(|l| l.starts_with("small_loop")).unwrap();
+    let cols: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(cols[cols.len() - 5], format!("{summary}%"), "{out}");
+    assert_ne!(cols[cols.len() - 4], "0", "requests were refused: {row}");
 }
 
 #[test]

@@ -551,7 +551,8 @@ fn print_replay(
             } else {
                 "-".into()
             },
-            100.0 * r.cache_hits as f64 / r.allocs.max(1) as f64,
+            // Of the requests served, as `--summary` and memory_summary() count it.
+            100.0 * r.cache_hits as f64 / (r.cache_hits + r.cache_misses).max(1) as f64,
             r.ooms,
             r.ns_per_op,
             match m {

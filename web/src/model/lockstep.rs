@@ -116,9 +116,10 @@ impl LaneFigures {
         self.peak_reserved as f64 / self.peak_live as f64
     }
 
-    /// Cache hits ÷ allocations (the harness's "hit rate").
+    /// Cache hits ÷ allocations served, refused ones left out (the
+    /// harness's "hit rate", and `memory_summary()`'s).
     pub fn hit_rate(&self) -> f64 {
-        self.cache_hits as f64 / self.allocs.max(1) as f64
+        self.cache_hits as f64 / (self.allocs - self.ooms).max(1) as f64
     }
 }
 
