@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak, mpsc};
 use std::time::Duration;
 
-use vrampool::{AllocDesc, Config, Error, Limit, Pool, PoolOptions, Reuse};
+use vrampool::{AllocDesc, BindingUse, BlockUse, Config, Error, Limit, Pool, PoolOptions, Reuse};
 
 /// Runs `f` on a thread and returns its value, or fails if it has not
 /// returned within a minute: a deadlock.
@@ -130,6 +130,67 @@ fn a_callback_run_by_the_pools_own_poll_may_drop_handles() {
     );
     assert_eq!(allocated(&pool), 0);
     pool.check_invariants().unwrap();
+}
+
+#[test]
+fn a_usage_conflict_found_inside_the_pools_own_poll_is_an_error_not_a_panic() {
+    // A callback the pool's own poll runs checks a pass's blocks: naming the
+    // segment of a conflict needs the engine's lock, which this thread holds.
+    let pool = pool(Reuse::Immediate);
+    let p = Arc::clone(&pool);
+    let found = finishes("a usage check from a map callback", move || {
+        let params = Arc::new(p.alloc(AllocDesc::uniform(64).label("params")).unwrap());
+        let input = Arc::new(
+            p.alloc(AllocDesc::storage(4096).read_only().label("input"))
+                .unwrap(),
+        );
+        let found = Arc::new(Mutex::new(None));
+        let (f, weak) = (Arc::clone(&found), Arc::downgrade(&p));
+        let (pa, inp) = (Arc::clone(&params), Arc::clone(&input));
+        let staging = map_with(&p, move || {
+            let pool = weak.upgrade().unwrap();
+            let r = pool.check_usage_scope(&[
+                BlockUse::new(&pa, BindingUse::Uniform),
+                BlockUse::new(&inp, BindingUse::StorageReadWrite),
+            ]);
+            *f.lock().unwrap() = Some(r.map_err(|e| e.to_string()));
+        });
+        let big = p.alloc(new_segment()).unwrap();
+        drop((big, staging));
+        let found = found.lock().unwrap().take();
+        found
+    });
+    let message = found
+        .expect("the map callback ran inside the allocation")
+        .expect_err("a conflict");
+    assert!(
+        message.contains("input") && message.contains("params"),
+        "{message}"
+    );
+    // Outside any callback the same check names the segment by its label.
+    let params = pool.alloc(AllocDesc::uniform(64).label("params")).unwrap();
+    let input = pool
+        .alloc(AllocDesc::storage(4096).read_only().label("input"))
+        .unwrap();
+    let other = pool_with(Config::default(), Reuse::Immediate, false);
+    let theirs = other
+        .alloc(AllocDesc::storage(4096).read_only().label("theirs"))
+        .unwrap();
+    let named = |uses: &[BlockUse<'_>]| pool.check_usage_scope(uses).unwrap_err().to_string();
+    assert!(
+        named(&[
+            BlockUse::new(&params, BindingUse::Uniform),
+            BlockUse::new(&input, BindingUse::StorageReadWrite),
+        ])
+        .contains("vrampool"),
+        "the segment's label"
+    );
+    // Another pool's block is not looked up in this pool's segments.
+    let message = named(&[
+        BlockUse::new(&theirs, BindingUse::StorageReadWrite),
+        BlockUse::new(&theirs, BindingUse::Uniform),
+    ]);
+    assert!(!message.contains("vrampool"), "{message}");
 }
 
 /// A reused block asked for zeroed is cleared with a submit of its own,

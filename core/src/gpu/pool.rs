@@ -1336,12 +1336,15 @@ impl Pool {
         self.inner.engine().follow_stats()
     }
 
-    /// The label of the segment `block` lives in, while the pool has it.
+    /// The label of the segment `block` lives in, if `block` is this pool's,
+    /// the pool still has the segment, and its lock can be taken (not from a
+    /// callback this pool's own work fired, where waiting would never end).
     pub(super) fn segment_label(&self, block: &BufferBlock) -> Option<String> {
-        self.inner
-            .engine()
-            .segment_label(block.segment)
-            .map(str::to_string)
+        if !std::ptr::eq(block.pool.as_ptr(), Arc::as_ptr(&self.inner)) {
+            return None;
+        }
+        let engine = self.inner.engine_if_safe()?;
+        engine.segment_label(block.segment).map(str::to_string)
     }
 
     /// wgpu's own allocator report (reserved bytes under the pool), where the backend has one.

@@ -191,7 +191,7 @@ impl Pool {
         };
         let segment = self
             .segment_label(w.block)
-            .unwrap_or_else(|| "a released segment".to_string());
+            .unwrap_or_else(|| format!("segment {}", w.block.segment.0));
         Error::UsageConflict(Box::new(UsageConflict {
             first: w.name(),
             second: r.name(),
