@@ -157,8 +157,7 @@ fn a_usage_conflict_found_inside_the_pools_own_poll_is_an_error_not_a_panic() {
         });
         let big = p.alloc(new_segment()).unwrap();
         drop((big, staging));
-        let found = found.lock().unwrap().take();
-        found
+        found.lock().unwrap().take()
     });
     let message = found
         .expect("the map callback ran inside the allocation")
