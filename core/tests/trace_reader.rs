@@ -277,3 +277,39 @@ fn streams_are_read_only_where_asked_for_and_a_bad_one_names_its_line() {
         Err(TraceError::Empty { .. })
     ));
 }
+
+#[test]
+fn a_hand_made_trace_that_breaks_the_readers_rules_replays_without_losing_a_block() {
+    // Trace's fields are public: 0x10 allocated twice while live, a free of
+    // 0x20 never allocated. Neither panics nor leaks.
+    use vrampool::trace::{Action, EngineTarget, Replayer, TraceEvent};
+    use vrampool::{Config, Engine, SimulatedDevice};
+    let event = |action, pointer, size| TraceEvent {
+        action,
+        pointer,
+        size,
+        line: 0,
+    };
+    let trace = Trace {
+        name: "hand-made".into(),
+        events: vec![
+            event(Action::Allocate, 0x10, 4096),
+            event(Action::Allocate, 0x10, 8192),
+            event(Action::Free, 0x20, 1 << 20),
+        ],
+        peak_live: 12288,
+        largest: 8192,
+        ..Trace::default()
+    };
+    let mut engine = Engine::new(SimulatedDevice::new(1 << 30), Config::default()).unwrap();
+    let mut replayer = Replayer::new(&trace);
+    let mut target = EngineTarget::new(&mut engine, 0);
+    while replayer.step(&mut target).unwrap() {}
+    assert_eq!(replayer.live_bytes(), 0, "the stray free saturates");
+    let live = replayer.take_live();
+    assert_eq!(live.len(), 2, "both blocks of 0x10 are handed back");
+    for id in live {
+        engine.free(id).unwrap();
+    }
+    assert_eq!(engine.stats().total.allocated_bytes.current, 0);
+}

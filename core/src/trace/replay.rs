@@ -99,7 +99,11 @@ pub struct ReplayCounts {
     pub ooms: u64,
 }
 
-/// A trace being replayed, one event at a time.
+/// A trace being replayed, one event at a time. A trace made by hand (its
+/// fields are public) rather than by [`Trace::parse`] may break what the
+/// reader checks: a free of a pointer never allocated is skipped, and a block
+/// whose pointer is allocated again while it lives stays live until
+/// [`Replayer::take_live`].
 ///
 /// ```
 /// use vrampool::trace::{EngineTarget, Replayer};
@@ -117,6 +121,9 @@ pub struct Replayer<'t, H> {
     trace: Cow<'t, Trace>,
     next: usize,
     live: HashMap<u64, H>,
+    /// Blocks whose pointer a hand-made trace allocated again while they
+    /// were live: they stay live until [`Replayer::take_live`].
+    shadowed: Vec<H>,
     /// The pointer of an `Allocate` step whose outcome is awaited.
     waiting: Option<u64>,
     live_bytes: u64,
@@ -134,6 +141,7 @@ impl<'t, H> Replayer<'t, H> {
             trace,
             next: 0,
             live: HashMap::with_capacity(1024),
+            shadowed: Vec::new(),
             waiting: None,
             live_bytes: 0,
             counts: ReplayCounts::default(),
@@ -179,7 +187,7 @@ impl<'t, H> Replayer<'t, H> {
         Some(match e.action {
             Action::Allocate => {
                 self.counts.allocs += 1;
-                self.live_bytes += e.size;
+                self.live_bytes = self.live_bytes.saturating_add(e.size);
                 self.waiting = Some(e.pointer);
                 Step::Allocate {
                     size: e.size,
@@ -188,7 +196,8 @@ impl<'t, H> Replayer<'t, H> {
             }
             Action::Free => {
                 self.counts.frees += 1;
-                self.live_bytes -= e.size;
+                // Saturating: a hand-made trace may free what it never allocated.
+                self.live_bytes = self.live_bytes.saturating_sub(e.size);
                 match self.live.remove(&e.pointer) {
                     Some(h) => Step::Free(h),
                     None => Step::Skip,
@@ -208,7 +217,9 @@ impl<'t, H> Replayer<'t, H> {
             .expect("allocated() answers an Allocate step");
         match outcome {
             Ok(h) => {
-                self.live.insert(pointer, h);
+                if let Some(earlier) = self.live.insert(pointer, h) {
+                    self.shadowed.push(earlier);
+                }
                 Ok(())
             }
             Err(Error::OutOfMemory(_) | Error::TooLarge { .. }) => {
@@ -241,7 +252,9 @@ impl<'t, H> Replayer<'t, H> {
 
     /// Takes the allocations still live (a trace may end with some), to free.
     pub fn take_live(&mut self) -> Vec<H> {
-        self.live.drain().map(|(_, h)| h).collect()
+        let mut live: Vec<H> = self.shadowed.drain(..).collect();
+        live.extend(self.live.drain().map(|(_, h)| h));
+        live
     }
 }
 
