@@ -249,9 +249,21 @@ proptest! {
                     if !live.is_empty() {
                         let (id, _, r) = live.swap_remove(i % live.len());
                         let before = engine.stats();
+                        let alone = engine.snapshot().segments.iter().any(|s| {
+                            s.address <= r.0
+                                && r.0 < s.address + s.size
+                                && !s.pinned
+                                && s.blocks.iter().filter(|b| b.state != SnapshotState::Free).count() == 1
+                        });
                         let released = engine.retire(id).unwrap();
                         let after = engine.stats();
                         prop_assert_eq!(after.counters.bytes_released - before.counters.bytes_released, released);
+                        // Alone in its segment, the block takes it along,
+                        // abandoned (never destroyed: a view may map it).
+                        prop_assert!(
+                            !alone || after.counters.segments_abandoned > before.counters.segments_abandoned,
+                            "a retired block's own segment is abandoned"
+                        );
                         // Its bytes serve nobody again: its segment is gone,
                         // unless something else keeps it.
                         for seg in engine.snapshot().segments {

@@ -316,8 +316,8 @@ impl<B: Backend> Engine<B> {
     /// Each row's `Stream` is the pool of the request
     /// ([`PoolKey`](crate::trace::PoolKey)). A free through
     /// [`Engine::defer_free`] is logged when its bytes become reusable (the
-    /// reclaim of its mark), and one still pending now at the end of the
-    /// log: the log is of where the engine could place what, as a plan of
+    /// reclaim of its mark) or go (its segment released), and one still
+    /// pending now at the end of the log: the log is of where the engine could place what, as a plan of
     /// it ([`RecordedPlan`](crate::trace::RecordedPlan)) needs.
     pub fn take_recording(&mut self) -> Option<String> {
         for d in &self.deferred {
@@ -376,11 +376,13 @@ impl<B: Backend> Engine<B> {
         store::log_free(&mut self.recorder, self.recording, row);
         let before = self.counters.bytes_released;
         let segment = self.blocks[b as usize].segment;
-        // Freeing may release it already (the cache limit).
-        self.make_free(b);
+        // Abandoned before the cache limit trims: a trim would destroy it,
+        // and wgpu unmaps a destroyed buffer under the view still reading it.
+        self.make_free_untrimmed(b);
         if self.release_segment(segment, true) > 0 {
             self.backend.flush_releases();
         }
+        self.trim_cache();
         Ok(self.counters.bytes_released - before)
     }
 
