@@ -8,7 +8,7 @@
 //! (the browser).
 
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -101,7 +101,8 @@ pub struct ReplayCounts {
 
 /// A trace being replayed, one event at a time. A trace made by hand (its
 /// fields are public) rather than by [`Trace::parse`] may break what the
-/// reader checks: a free of a pointer never allocated is skipped, and a block
+/// reader checks: a free of a pointer never allocated is skipped (and frees
+/// no live bytes), and a block
 /// whose pointer is allocated again while it lives stays live until
 /// [`Replayer::take_live`].
 ///
@@ -124,6 +125,8 @@ pub struct Replayer<'t, H> {
     /// Blocks whose pointer a hand-made trace allocated again while they
     /// were live: they stay live until [`Replayer::take_live`].
     shadowed: Vec<H>,
+    /// Pointers whose allocation was refused: live in the trace, not here.
+    refused: HashSet<u64>,
     /// The pointer of an `Allocate` step whose outcome is awaited.
     waiting: Option<u64>,
     live_bytes: u64,
@@ -142,6 +145,7 @@ impl<'t, H> Replayer<'t, H> {
             next: 0,
             live: HashMap::with_capacity(1024),
             shadowed: Vec::new(),
+            refused: HashSet::new(),
             waiting: None,
             live_bytes: 0,
             counts: ReplayCounts::default(),
@@ -196,12 +200,16 @@ impl<'t, H> Replayer<'t, H> {
             }
             Action::Free => {
                 self.counts.frees += 1;
-                // Saturating: a hand-made trace may free what it never allocated.
-                self.live_bytes = self.live_bytes.saturating_sub(e.size);
-                match self.live.remove(&e.pointer) {
+                let step = match self.live.remove(&e.pointer) {
                     Some(h) => Step::Free(h),
                     None => Step::Skip,
+                };
+                // Live in the trace (served or refused), its bytes go; a free
+                // of a pointer never allocated (a hand-made trace) frees none.
+                if matches!(step, Step::Free(_)) || self.refused.remove(&e.pointer) {
+                    self.live_bytes = self.live_bytes.saturating_sub(e.size);
                 }
+                step
             }
         })
     }
@@ -224,10 +232,12 @@ impl<'t, H> Replayer<'t, H> {
             }
             Err(Error::OutOfMemory(_) | Error::TooLarge { .. }) => {
                 self.counts.ooms += 1;
+                self.refused.insert(pointer);
                 Ok(())
             }
             Err(other) => {
                 self.counts.ooms += 1;
+                self.refused.insert(pointer);
                 Err(other)
             }
         }
@@ -320,6 +330,14 @@ pub struct ReplayReport {
     /// `Counters::evacuations`).
     #[serde(default)]
     pub move_batches: u64,
+}
+
+impl ReplayReport {
+    /// Cache hits ÷ allocations served, refused ones left out, as
+    /// [`Counters::hit_rate`](crate::Counters::hit_rate) counts them.
+    pub fn hit_rate(&self) -> f64 {
+        crate::stats::hit_rate(self.cache_hits, self.cache_misses)
+    }
 }
 
 /// Replays `trace` through `engine`, allocating with `usage`. Allocations the
@@ -525,6 +543,11 @@ fn replay_through<B: Backend>(
         }
     }
     let elapsed_ns = start.elapsed().as_nanos() as u64;
+    // The replay's figures, before the blocks still live are freed and the
+    // last submit declared (as the harness reads them): a trim those frees
+    // made would not be the trace's.
+    let s = target.inner.engine.stats();
+    let c = s.counters;
     for h in replayer.take_live() {
         target.free(h);
     }
@@ -532,8 +555,6 @@ fn replay_through<B: Backend>(
         target.clock.submit(target.inner.engine);
     }
     let counts = replayer.counts();
-    let s = engine.stats();
-    let c = s.counters;
     ReplayReport {
         trace: trace.name.clone(),
         allocs: counts.allocs,
