@@ -66,8 +66,8 @@ impl PolicyKind {
     }
 
     /// Whether the policy is vrampool's engine (its default configuration or
-    /// the PyTorch preset): the one that places by access, defers frees to a
-    /// submit and moves relocatable blocks.
+    /// the PyTorch preset): the one that places by access and defers frees
+    /// to a submit (of the two, only the default moves relocatable blocks).
     pub fn is_engine(self) -> bool {
         matches!(self, PolicyKind::Vrampool | PolicyKind::Pytorch)
     }

@@ -909,7 +909,7 @@ fn bad_requests_are_refused() {
             &t,
         ],
         &[],
-        "--submit-every changes how the engine policies (vrampool, pytorch) place and free; none ignores it",
+        "--submit-every applies to the engine policies (vrampool, pytorch); none ignores it",
     );
     refuses(
         &[
@@ -922,7 +922,19 @@ fn bad_requests_are_refused() {
             &t,
         ],
         &[],
-        "--access changes how the engine policies",
+        "--access applies to the engine policies",
+    );
+    refuses(
+        &[
+            "replay",
+            "--simulate",
+            "--policy",
+            "pytorch",
+            "--relocatable",
+            &t,
+        ],
+        &[],
+        "--relocatable applies to the vrampool policy (the pytorch preset never moves a block)",
     );
     refuses(
         &[

@@ -37,16 +37,21 @@ for t in ${TRACES:-$(ls -S -r data/traces/*.csv.gz data/traces/heldout/*.csv.gz)
     # `ceiling` is the vrampool policy taking LIMIT (a --budget, e.g. 1.5x) as a
     # LimitKind::Ceiling; LIMIT applies to every run of this call.
     extra=(); [ -n "${LIMIT:-}" ] && extra=(--budget $LIMIT)
-    # SUBMIT=N: every run frees as a caller submitting every N events does
-    # (replay --submit-every N).
-    [ -n "${SUBMIT:-}" ] && extra+=(--submit-every $SUBMIT)
+    # SUBMIT=N: every engine run frees as a caller submitting every N events
+    # does (replay --submit-every N; replay refuses it for size-class and
+    # none, which ignore it).
+    case $p0 in size-class|none) ;; *) [ -n "${SUBMIT:-}" ] && extra+=(--submit-every $SUBMIT);; esac
     if [ $p0 = before ]; then bin=.bin/vrampool_before; pol=vrampool;
     # `follow` is the vrampool policy following each trace's own static plan
     # (replay --follow: the workload run again exactly as it was recorded).
     elif [ $p0 = follow ]; then bin=$B; pol=vrampool; extra+=(--follow);
     # `relocatable` is the vrampool policy with every tensor relocatable
     # (replay --relocatable: live blocks moved with copy_buffer_to_buffer).
-    elif [ $p0 = relocatable ]; then bin=$B; pol=vrampool; extra+=(--relocatable);
+    # Not under a LIMIT (replay refuses --relocatable under a budget, where
+    # nothing moves): use a ceiling run for that.
+    elif [ $p0 = relocatable ]; then
+      [ -n "${LIMIT:-}" ] && { echo "a relocatable run under LIMIT moves nothing: skipped" >> $OUT/log.txt; continue; }
+      bin=$B; pol=vrampool; extra+=(--relocatable);
     elif [ $p0 = ceiling ]; then
       [ -z "${LIMIT:-}" ] && { echo "a ceiling run needs LIMIT (e.g. 1.5x)" >> $OUT/log.txt; continue; }
       bin=$B; pol=vrampool; extra+=(--ceiling);

@@ -93,7 +93,9 @@ pub struct ReplayArgs {
     /// policy may move live blocks to serve a request from memory it holds
     /// (`Config::relocate`); on a GPU the copies are `copy_buffer_to_buffer`
     /// on the queue, inside the timed replay (`WgpuBackend::with_moves`).
-    /// The JSON report counts the bytes moved. Not with --follow.
+    /// The JSON report counts the bytes moved. The vrampool policy only; not
+    /// with --follow, nor under --budget unless --ceiling (a budget places
+    /// every block exactly, and nothing moves; --min-budget's tries too).
     #[arg(long)]
     relocatable: bool,
 }
@@ -159,22 +161,36 @@ pub fn command(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
             a.policy.name()
         );
     }
-    let engine_only = [
-        ("--submit-every", a.submit_every > 0),
-        ("--relocatable", a.relocatable),
-        ("--access", a.access != AccessMode::ReadWrite),
+    // (option, given, used by the policy, which policies use it)
+    let options = [
+        (
+            "--submit-every",
+            a.submit_every > 0,
+            a.policy.is_engine(),
+            "the engine policies (vrampool, pytorch)",
+        ),
+        (
+            "--access",
+            a.access != AccessMode::ReadWrite,
+            a.policy.is_engine(),
+            "the engine policies (vrampool, pytorch)",
+        ),
+        (
+            "--relocatable",
+            a.relocatable,
+            a.policy == PolicyKind::Vrampool,
+            "the vrampool policy (the pytorch preset never moves a block)",
+        ),
     ];
     if !a.compare
-        && !a.policy.is_engine()
-        && let Some((flag, _)) = engine_only.iter().find(|(_, given)| *given)
+        && let Some((flag, _, _, who)) = options.iter().find(|o| o.1 && !o.2)
     {
         bail!(
-            "{flag} changes how the engine policies (vrampool, pytorch) place and free; {} \
-             ignores it: drop it, or use --compare",
+            "{flag} applies to {who}; {} ignores it: drop it, or use --compare",
             a.policy.name()
         );
     }
-    if a.relocatable && !a.ceiling && (a.budget.is_some() || a.min_budget) {
+    if a.relocatable && !a.ceiling && a.budget.is_some() {
         bail!(
             "--relocatable moves blocks only with no limit or under a --ceiling: under a budget \
              the engine places every block exactly and moves none; drop --relocatable, or add \
@@ -551,8 +567,7 @@ fn print_replay(
             } else {
                 "-".into()
             },
-            // Of the requests served, as `--summary` and memory_summary() count it.
-            100.0 * r.cache_hits as f64 / (r.cache_hits + r.cache_misses).max(1) as f64,
+            100.0 * r.hit_rate(),
             r.ooms,
             r.ns_per_op,
             match m {
