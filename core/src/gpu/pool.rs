@@ -1336,15 +1336,24 @@ impl Pool {
         self.inner.engine().follow_stats()
     }
 
-    /// The label of the segment `block` lives in, if `block` is this pool's,
-    /// the pool still has the segment, and its lock can be taken (not from a
-    /// callback this pool's own work fired, where waiting would never end).
-    pub(super) fn segment_label(&self, block: &BufferBlock) -> Option<String> {
+    /// What a usage conflict calls the buffer `block` lives in: its
+    /// segment's label, read only for this pool's blocks and only where the
+    /// lock can be taken (not from a callback this pool's own work fired,
+    /// where waiting would never end).
+    pub(super) fn segment_name(&self, block: &BufferBlock) -> String {
         if !std::ptr::eq(block.pool.as_ptr(), Arc::as_ptr(&self.inner)) {
-            return None;
+            return "a buffer of another pool".into();
         }
-        let engine = self.inner.engine_if_safe()?;
-        engine.segment_label(block.segment).map(str::to_string)
+        match self.inner.engine_if_safe() {
+            Some(engine) => engine
+                .segment_label(block.segment)
+                .map_or_else(|| "a released segment".into(), str::to_string),
+            None => format!(
+                "the pool's segment at index {} (its label cannot be read from inside the \
+                 pool's own work)",
+                block.segment.0
+            ),
+        }
     }
 
     /// wgpu's own allocator report (reserved bytes under the pool), where the backend has one.

@@ -189,9 +189,7 @@ impl Pool {
              (each gets a buffer of its own)"
                 .to_string()
         };
-        let segment = self
-            .segment_label(w.block)
-            .unwrap_or_else(|| format!("segment {}", w.block.segment.0));
+        let segment = self.segment_name(w.block);
         Error::UsageConflict(Box::new(UsageConflict {
             first: w.name(),
             second: r.name(),
