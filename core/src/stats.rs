@@ -129,7 +129,18 @@ pub struct Counters {
     pub bytes_moved: u64,
 }
 
+/// Cache hits ÷ allocations served (hits and misses; refused requests are
+/// neither): 0 with none.
+pub(crate) fn hit_rate(hits: u64, misses: u64) -> f64 {
+    hits as f64 / (hits + misses).max(1) as f64
+}
+
 impl Counters {
+    /// Cache hits ÷ allocations served, what [`Stats::summary`] prints.
+    pub fn hit_rate(&self) -> f64 {
+        hit_rate(self.cache_hits, self.cache_misses)
+    }
+
     /// Batches of moves: each relocation or evacuation copies its blocks
     /// in one command buffer ([`Backend::flush_moves`](crate::Backend::flush_moves)).
     pub fn move_batches(&self) -> u64 {
@@ -239,7 +250,7 @@ impl Stats {
             c.frees,
             c.cache_hits,
             c.cache_misses,
-            100.0 * c.cache_hits as f64 / (c.cache_hits + c.cache_misses).max(1) as f64
+            100.0 * c.hit_rate()
         );
         let _ = writeln!(
             s,

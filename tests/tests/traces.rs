@@ -131,7 +131,7 @@ fn unlimited_replays_reuse_and_leave_a_consistent_engine() {
         let (r, e) = run(&load(name), None);
         assert_eq!(r.ooms, 0);
         assert!(
-            r.cache_hits as f64 / r.allocs as f64 > 0.95,
+            r.hit_rate() > 0.95,
             "{name}: hit rate {} of {}",
             r.cache_hits,
             r.allocs
@@ -286,7 +286,7 @@ fn a_scaled_trace_replays_on_lavapipe() {
     assert_eq!(s.total.reserved_bytes.peak, r.peak_reserved);
     assert_eq!(s.counters.device_allocs, r.device_allocs);
     assert_eq!(s.counters.cache_hits, r.cache_hits);
-    assert!(s.counters.cache_hits as f64 / s.counters.allocs as f64 > 0.9);
+    assert!(s.counters.hit_rate() > 0.9);
 
     // With it (the default), a hit takes the block its thread dropped last
     // with the same description rather than the engine's best fit: the same
