@@ -118,7 +118,9 @@ impl<B: Backend> Engine<B> {
             self.deferred.pop_front();
             log_free(&mut self.recorder, self.recording, d.row);
             if !d.waits(&self.blocks) {
-                continue; // released with its segment
+                // Not reached: a released segment takes its blocks' entries
+                // out of the queue (forget_released_deferred).
+                continue;
             }
             let block = &self.blocks[d.block as usize];
             let (segment, size) = (block.segment, block.size);

@@ -528,7 +528,8 @@ impl<B: Backend> Engine<B> {
                     let entry = self.entry_of(key, b);
                     self.pools[pool].free.remove(key, entry, b);
                 }
-                // Logged when its mark is reclaimed (see `log_free`).
+                // Logged as its entry leaves the deferred queue, below
+                // (`forget_released_deferred`).
                 BlockState::Pending => pending_blocks += 1,
                 BlockState::Live | BlockState::Vacant => {
                     unreachable!("a released segment holds no live block")

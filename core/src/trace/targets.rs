@@ -60,8 +60,8 @@ pub struct Missed {
     /// above the baseline's.
     pub reserved: bool,
     /// `M`: the smallest budget with no OOM above 1.03 × peak live + 1 MiB,
-    /// or above the baseline's (budgets are found on a 0.001 grid, the first
-    /// step that fits, so the bound allows one step); `None` where the budgets were not
+    /// or above the baseline's (budgets are found on a 0.001 grid, so the
+    /// bound allows one step); `None` where the budgets were not
     /// looked for ([`Targets::budgets`]).
     pub budget: Option<bool>,
     /// `A`: at full size, more device allocations than the baseline.
