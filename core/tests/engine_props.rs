@@ -885,3 +885,24 @@ fn a_fresh_request_the_limit_refuses_keeps_the_used_block_it_could_not_take() {
     // Control: a request that is not fresh takes the cached block.
     assert!(e.allocate(exclusive(8 << 20, false)).is_ok());
 }
+
+#[test]
+fn a_retired_blocks_segment_is_abandoned_under_a_cache_limit_too() {
+    // A retired block may still be read through a mapped view: its segment
+    // is abandoned, never destroyed, even where the cache limit would trim
+    // it as the block is freed.
+    let config = Config {
+        cache_limit: Some(0),
+        ..Config::default()
+    };
+    let mut e = Engine::new(SimulatedDevice::new(1 << 30), config).unwrap();
+    let staging = e
+        .allocate(Request {
+            exclusive: true,
+            ..Request::new(4096, 1)
+        })
+        .unwrap();
+    assert_eq!(e.retire(staging.id).unwrap(), 4096);
+    let c = e.stats().counters;
+    assert_eq!((c.segments_abandoned, c.device_frees), (1, 1));
+}

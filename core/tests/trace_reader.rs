@@ -296,16 +296,26 @@ fn a_hand_made_trace_that_breaks_the_readers_rules_replays_without_losing_a_bloc
             event(Action::Allocate, 0x10, 4096),
             event(Action::Allocate, 0x10, 8192),
             event(Action::Free, 0x20, 1 << 20),
+            // Refused twice (larger than any buffer), freed twice.
+            event(Action::Allocate, 0x30, 2 << 30),
+            event(Action::Allocate, 0x30, 2 << 30),
+            event(Action::Free, 0x30, 2 << 30),
+            event(Action::Free, 0x30, 2 << 30),
         ],
-        peak_live: 12288,
-        largest: 8192,
+        peak_live: 12288 + (4 << 30),
+        largest: 2 << 30,
         ..Trace::default()
     };
     let mut engine = Engine::new(SimulatedDevice::new(1 << 30), Config::default()).unwrap();
     let mut replayer = Replayer::new(&trace);
     let mut target = EngineTarget::new(&mut engine, 0);
     while replayer.step(&mut target).unwrap() {}
-    assert_eq!(replayer.live_bytes(), 12288, "the stray free frees nothing");
+    assert_eq!(replayer.counts().ooms, 2);
+    assert_eq!(
+        replayer.live_bytes(),
+        12288,
+        "the stray free frees nothing, each refused allocation's free its own"
+    );
     let live = replayer.take_live();
     assert_eq!(live.len(), 2, "both blocks of 0x10 are handed back");
     for id in live {

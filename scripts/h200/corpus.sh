@@ -44,7 +44,11 @@ for t in ${TRACES:-$(ls -S -r data/traces/*.csv.gz data/traces/heldout/*.csv.gz)
     if [ $p0 = before ]; then bin=.bin/vrampool_before; pol=vrampool;
     # `follow` is the vrampool policy following each trace's own static plan
     # (replay --follow: the workload run again exactly as it was recorded).
-    elif [ $p0 = follow ]; then bin=$B; pol=vrampool; extra+=(--follow);
+    # Not under LIMIT or SUBMIT (replay refuses them with --follow: a plan is
+    # its own budget, its frees at once as recorded).
+    elif [ $p0 = follow ]; then
+      [ -n "${LIMIT:-}${SUBMIT:-}" ] && { echo "a follow run under LIMIT or SUBMIT: skipped" >> $OUT/log.txt; continue; }
+      bin=$B; pol=vrampool; extra+=(--follow);
     # `relocatable` is the vrampool policy with every tensor relocatable
     # (replay --relocatable: live blocks moved with copy_buffer_to_buffer).
     # Not under a LIMIT (replay refuses --relocatable under a budget, where

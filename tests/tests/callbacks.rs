@@ -166,7 +166,10 @@ fn a_usage_conflict_found_inside_the_pools_own_poll_is_an_error_not_a_panic() {
         message.contains("input") && message.contains("params"),
         "{message}"
     );
-    assert!(message.contains("cannot be read from inside"), "{message}");
+    assert!(
+        message.contains("cannot be read here without waiting"),
+        "{message}"
+    );
     // Outside any callback the same check names the segment by its label.
     let params = pool.alloc(AllocDesc::uniform(64).label("params")).unwrap();
     let input = pool

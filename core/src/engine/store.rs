@@ -449,7 +449,8 @@ impl<B: Backend> Engine<B> {
 
     /// [`Engine::make_free`] without the cache limit's trim: for a move,
     /// whose batch must not see a segment it moves from or into released
-    /// under it (the caller trims after).
+    /// under it, and for [`Engine::retire`], which abandons the segment
+    /// first (the caller trims after).
     pub(super) fn make_free_untrimmed(&mut self, b: u32) {
         let (pool, key) = {
             let block = &mut self.blocks[b as usize];

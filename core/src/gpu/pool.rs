@@ -1348,9 +1348,11 @@ impl Pool {
             Some(engine) => engine
                 .segment_label(block.segment)
                 .map_or_else(|| "a released segment".into(), str::to_string),
+            // This thread holds the lock (a callback of the pool's own
+            // work), or holds another pool's while this one is busy.
             None => format!(
-                "the pool's segment at index {} (its label cannot be read from inside the \
-                 pool's own work)",
+                "segment index {}, whose label cannot be read here without waiting for the \
+                 pool's lock",
                 block.segment.0
             ),
         }

@@ -8,7 +8,7 @@
 //! (the browser).
 
 use std::borrow::Cow;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
@@ -125,8 +125,9 @@ pub struct Replayer<'t, H> {
     /// Blocks whose pointer a hand-made trace allocated again while they
     /// were live: they stay live until [`Replayer::take_live`].
     shadowed: Vec<H>,
-    /// Pointers whose allocation was refused: live in the trace, not here.
-    refused: HashSet<u64>,
+    /// Pointers whose allocation was refused, with how many times (a
+    /// hand-made trace may refuse one twice): live in the trace, not here.
+    refused: HashMap<u64, u32>,
     /// The pointer of an `Allocate` step whose outcome is awaited.
     waiting: Option<u64>,
     live_bytes: u64,
@@ -145,7 +146,7 @@ impl<'t, H> Replayer<'t, H> {
             next: 0,
             live: HashMap::with_capacity(1024),
             shadowed: Vec::new(),
-            refused: HashSet::new(),
+            refused: HashMap::new(),
             waiting: None,
             live_bytes: 0,
             counts: ReplayCounts::default(),
@@ -206,7 +207,7 @@ impl<'t, H> Replayer<'t, H> {
                 };
                 // Live in the trace (served or refused), its bytes go; a free
                 // of a pointer never allocated (a hand-made trace) frees none.
-                if matches!(step, Step::Free(_)) || self.refused.remove(&e.pointer) {
+                if matches!(step, Step::Free(_)) || self.take_refused(e.pointer) {
                     self.live_bytes = self.live_bytes.saturating_sub(e.size);
                 }
                 step
@@ -232,12 +233,12 @@ impl<'t, H> Replayer<'t, H> {
             }
             Err(Error::OutOfMemory(_) | Error::TooLarge { .. }) => {
                 self.counts.ooms += 1;
-                self.refused.insert(pointer);
+                *self.refused.entry(pointer).or_default() += 1;
                 Ok(())
             }
             Err(other) => {
                 self.counts.ooms += 1;
-                self.refused.insert(pointer);
+                *self.refused.entry(pointer).or_default() += 1;
                 Err(other)
             }
         }
@@ -257,6 +258,22 @@ impl<'t, H> Replayer<'t, H> {
                 Ok(true)
             }
             Some(Step::Skip) => Ok(true),
+        }
+    }
+
+    /// Whether `pointer` has a refused allocation not freed yet; counts one
+    /// freed.
+    fn take_refused(&mut self, pointer: u64) -> bool {
+        match self.refused.get_mut(&pointer) {
+            Some(n) if *n > 1 => {
+                *n -= 1;
+                true
+            }
+            Some(_) => {
+                self.refused.remove(&pointer);
+                true
+            }
+            None => false,
         }
     }
 

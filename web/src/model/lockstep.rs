@@ -285,9 +285,10 @@ impl Lockstep {
         })
     }
 
-    /// Ends the replay as the harness does: frees the allocations the trace
-    /// left live, then returns the figures.
+    /// Ends the replay as the harness does: reads the figures, then frees
+    /// the allocations the trace left live.
     pub fn finish(&mut self) -> [LaneFigures; 2] {
+        let figures = self.figures();
         for pair in self.replayer.take_live() {
             for (lane, held) in self.lanes.iter_mut().zip(pair) {
                 if let Some(h) = held {
@@ -295,7 +296,7 @@ impl Lockstep {
                 }
             }
         }
-        self.figures()
+        figures
     }
 }
 
