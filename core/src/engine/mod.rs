@@ -317,8 +317,9 @@ impl<B: Backend> Engine<B> {
     /// ([`PoolKey`](crate::trace::PoolKey)). A free through
     /// [`Engine::defer_free`] is logged when its bytes become reusable (the
     /// reclaim of its mark) or go (its segment released), and one still
-    /// pending now at the end of the log: the log is of where the engine could place what, as a plan of
-    /// it ([`RecordedPlan`](crate::trace::RecordedPlan)) needs.
+    /// pending now at the end of the log: the log is of where the engine
+    /// could place what, as a plan of it
+    /// ([`RecordedPlan`](crate::trace::RecordedPlan)) needs.
     pub fn take_recording(&mut self) -> Option<String> {
         for d in &self.deferred {
             store::log_free(&mut self.recorder, self.recording, d.row);

@@ -102,9 +102,8 @@ pub struct ReplayCounts {
 /// A trace being replayed, one event at a time. A trace made by hand (its
 /// fields are public) rather than by [`Trace::parse`] may break what the
 /// reader checks: a free of a pointer never allocated is skipped (and frees
-/// no live bytes), and a block
-/// whose pointer is allocated again while it lives stays live until
-/// [`Replayer::take_live`].
+/// no live bytes), and a block whose pointer is allocated again while it
+/// lives stays live until [`Replayer::take_live`].
 ///
 /// ```
 /// use vrampool::trace::{EngineTarget, Replayer};
@@ -231,15 +230,13 @@ impl<'t, H> Replayer<'t, H> {
                 }
                 Ok(())
             }
-            Err(Error::OutOfMemory(_) | Error::TooLarge { .. }) => {
+            Err(e) => {
                 self.counts.ooms += 1;
                 *self.refused.entry(pointer).or_default() += 1;
-                Ok(())
-            }
-            Err(other) => {
-                self.counts.ooms += 1;
-                *self.refused.entry(pointer).or_default() += 1;
-                Err(other)
+                match e {
+                    Error::OutOfMemory(_) | Error::TooLarge { .. } => Ok(()),
+                    other => Err(other),
+                }
             }
         }
     }
