@@ -230,6 +230,109 @@ fn only_the_same_description_is_served() {
 }
 
 #[test]
+fn a_weak_handle_made_as_another_clone_drops_never_reaches_a_parked_block() {
+    // Two clones dropped at once on two threads, one of them making a weak
+    // handle just before: whichever drop is last must see the weak handle.
+    // Read as two loads (weak count, then strong count), a drop could see no
+    // weak handle, then, the other clone having made one and gone, itself
+    // the last: it parked a block the weak handle still upgraded to. The
+    // window is two loads wide: 200 000 rounds on lavapipe here did not hit
+    // it before the fix (`Arc::get_mut`, which locks the weak count); the
+    // rounds stay for a machine and a schedule that do.
+    let pool = pool_options(PoolOptions {
+        reuse: Reuse::Immediate,
+        ..PoolOptions::default()
+    });
+    let desc = AllocDesc::storage(4096).read_write();
+    let rounds: usize = std::env::var("VRAMPOOL_WEAK_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20_000);
+    let (start, end) = (std::sync::Barrier::new(2), std::sync::Barrier::new(2));
+    let (tx, rx) = std::sync::mpsc::channel::<vrampool::PoolBuffer>();
+    let mut reached = 0;
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for clone in rx {
+                start.wait();
+                drop(clone);
+                end.wait();
+            }
+        });
+        for _ in 0..rounds {
+            let b = pool.alloc(desc).unwrap();
+            tx.send(b.clone()).unwrap();
+            start.wait();
+            let w = b.downgrade();
+            drop(b);
+            end.wait();
+            // Both strong handles are gone: the block is dead to `w`.
+            reached += usize::from(w.upgrade().is_some());
+        }
+        drop(tx);
+    });
+    assert_eq!(reached, 0, "a weak handle reached a parked block");
+    pool.check_invariants().unwrap();
+    assert_eq!(pool.stats().total.allocated_bytes.current, 0);
+}
+
+#[test]
+fn a_cache_limit_reaches_the_blocks_a_drop_would_park() {
+    // A parked block is live to the engine, so its segment was out of the
+    // limit's reach until a figure was read or the thread missed: under
+    // `Some(0)` an idle thread's dropped blocks stayed reserved.
+    let faults = vrampool::fault::Faults::new();
+    let pool = pool_options(PoolOptions {
+        reuse: Reuse::Immediate,
+        faults: Some(faults.clone()),
+        ..PoolOptions::default()
+    });
+    pool.set_cache_limit(Some(0));
+    drop(
+        pool.alloc(AllocDesc::storage(8 << 20).read_write())
+            .unwrap(),
+    );
+    // What the device holds, no pool figure read (a read hands blocks back).
+    assert_eq!(faults.held(), 0);
+    // With the limit lifted, drops park again and are served from the
+    // front cache: the second allocation makes no segment.
+    pool.set_cache_limit(None);
+    drop(
+        pool.alloc(AllocDesc::storage(8 << 20).read_write())
+            .unwrap(),
+    );
+    let held = faults.held();
+    assert!(held >= 8 << 20, "{held}");
+    drop(
+        pool.alloc(AllocDesc::storage(8 << 20).read_write())
+            .unwrap(),
+    );
+    assert_eq!(pool.stats().counters.device_allocs, 2);
+    // Set in the pool's configuration from the start, the same.
+    let faults = vrampool::fault::Faults::new();
+    let (device, queue, _) = device();
+    let pool = Pool::new(
+        device,
+        queue,
+        PoolOptions {
+            reuse: Reuse::Immediate,
+            faults: Some(faults.clone()),
+            config: Config {
+                cache_limit: Some(0),
+                ..Config::default()
+            },
+            ..PoolOptions::default()
+        },
+    )
+    .unwrap();
+    drop(
+        pool.alloc(AllocDesc::storage(8 << 20).read_write())
+            .unwrap(),
+    );
+    assert_eq!(faults.held(), 0);
+}
+
+#[test]
 fn a_block_with_a_weak_handle_is_not_parked() {
     let pool = pool_options(PoolOptions {
         reuse: Reuse::Immediate,

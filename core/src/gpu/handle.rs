@@ -237,24 +237,18 @@ impl std::ops::Deref for PoolBuffer {
 /// block goes back through the engine ([`BufferBlock`]'s drop).
 impl Drop for PoolBuffer {
     fn drop(&mut self) {
-        let Some(block) = self.0.take() else {
+        let Some(mut block) = self.0.take() else {
             return;
         };
         // Only the last strong handle, and only with no weak handle left: a
-        // parked block must be unreachable but through the cache. Two loads
-        // where `Arc::get_mut` would lock the weak count: once no weak handle
-        // is seen none can appear (making one needs a strong handle), and the
-        // fence between the loads orders them after the drop of the last
-        // weak handle, so a strong handle it upgraded to before is seen.
-        use std::sync::atomic::{Ordering, fence};
-        if Arc::weak_count(&block) != 0 {
+        // parked block must be unreachable but through the cache.
+        // `Arc::get_mut` locks the weak count while it reads the strong one.
+        // Two plain loads do not: between them another clone may make a weak
+        // handle and drop itself, leaving this one the last strong handle
+        // with a weak one that could upgrade to the parked block.
+        if Arc::get_mut(&mut block).is_none() {
             return;
         }
-        fence(Ordering::Acquire);
-        if Arc::strong_count(&block) != 1 {
-            return;
-        }
-        fence(Ordering::Acquire);
         if block.mappable() {
             return;
         }

@@ -21,7 +21,8 @@
 //!   and a submit from a callback of the pool's own submit goes straight to
 //!   the queue (the blocks dropped since wait for the next submit);
 //! - an allocation there is refused with
-//!   [`Error::Reentrant`](crate::Error::Reentrant);
+//!   [`Error::Reentrant`](crate::Error::Reentrant), but for one the
+//!   thread's front cache serves (it takes no engine lock);
 //! - device-lost observers run once no pool's lock is held on the thread;
 //! - anything else that needs the engine there (`stats()`, `empty_cache()`,
 //!   ...) panics with a message saying so, instead of waiting forever.

@@ -158,7 +158,9 @@ impl MovableBuffer {
     /// into that submit (through [`Pool::submit`](crate::Pool::submit), or
     /// your own `queue.submit` then [`Pool::submitted`](crate::Pool::submitted);
     /// with several threads, as [`Pool::submitted`](crate::Pool::submitted)
-    /// says). Under [`Reuse::Immediate`](crate::Reuse::Immediate) too, only
+    /// says: a submit from *any* thread unpins every place read before it
+    /// began, so read a place, record with it and submit on one thread, or
+    /// keep other threads' submits out of that span). Under [`Reuse::Immediate`](crate::Reuse::Immediate) too, only
     /// those calls unpin: a pool never told of a submit moves nothing once
     /// every block was read. Takes the pool's lock, so not from a wgpu
     /// callback (`map_async`'s, `on_submitted_work_done`'s) that wgpu runs

@@ -55,7 +55,8 @@ pub struct PoolOptions {
     /// and with several threads a peak of allocated bytes may count blocks
     /// other threads had parked (at most 64 per thread). Off, every
     /// allocation and free goes through the engine, one lock at a time. On
-    /// by default.
+    /// by default; off, whatever this says, while the pool records, follows
+    /// a plan or has a cache limit ([`Pool::set_cache_limit`]).
     pub front_cache: bool,
     /// For tests: device refusals to inject (see [`crate::fault`]); they take
     /// the path wgpu's error scopes take, natively and in the browser.
@@ -123,6 +124,9 @@ pub(super) struct Inner {
     recording: AtomicBool,
     /// The engine follows a plan (`Pool::follow`): the front cache is closed.
     following: AtomicBool,
+    /// A cache limit is set: the front cache is closed, since a parked
+    /// block is live to the engine and its segment past the limit's reach.
+    cache_limited: AtomicBool,
     /// Whether the engine may hold blocks waiting for a submit (set before
     /// one is deferred there, cleared under the engine's lock when none is).
     engine_deferred: AtomicBool,
@@ -258,13 +262,14 @@ impl Inner {
     /// plan every request must reach the engine, in order. Called, as the
     /// flags are changed, with the engine's lock held.
     fn reopen_front(&self) {
-        let closed =
-            self.recording.load(Ordering::Acquire) || self.following.load(Ordering::Acquire);
+        let closed = self.recording.load(Ordering::Acquire)
+            || self.following.load(Ordering::Acquire)
+            || self.cache_limited.load(Ordering::Acquire);
         self.front.cache.set_open(self.front_enabled && !closed);
     }
 
-    /// Closes the front cache for `why` (`recording` or `following`, set
-    /// here), with the engine's lock held, and hands every parked block back
+    /// Closes the front cache for `why` (`recording`, `following` or
+    /// `cache_limited`, set here), with the engine's lock held, and hands every parked block back
     /// to the engine under each shard's lock, so every later request and
     /// drop reaches the engine.
     fn close_front(&self, engine: &mut Engine<WgpuBackend>, why: &AtomicBool) {
@@ -426,6 +431,7 @@ impl Pool {
             .features()
             .contains(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS);
         let lost = Arc::clone(&engine.backend().lost);
+        let cache_limited = engine.config().cache_limit.is_some();
         Ok(Pool {
             inner: Arc::new(Inner {
                 device,
@@ -434,12 +440,13 @@ impl Pool {
                 lost,
                 widen_usage: options.widen_usage,
                 mappable_primary,
-                front: FrontCache::lend(options.reuse, options.front_cache),
+                front: FrontCache::lend(options.reuse, options.front_cache && !cache_limited),
                 movables: Mutex::default(),
                 movables_pinned: AtomicBool::new(false),
                 front_enabled: options.front_cache,
                 recording: AtomicBool::new(false),
                 following: AtomicBool::new(false),
+                cache_limited: AtomicBool::new(cache_limited),
                 engine_deferred: AtomicBool::new(false),
                 submit_lock: Mutex::new(()),
                 submitting: AtomicBool::new(false),
@@ -853,9 +860,11 @@ impl Pool {
         }
     }
 
-    /// Submits `command_buffers` on the pool's queue, then makes every block
+    /// Submits `command_buffers` on the pool's queue, then makes the blocks
     /// dropped before this call reusable: their recorded work is now ahead, in
-    /// queue order, of anything a next owner does. Use it instead of
+    /// queue order, of anything a next owner does. (A block another thread
+    /// dropped into its front cache after that thread's own last submit waits
+    /// for a later submit: it costs memory for a while, never bytes.) Use it instead of
     /// `queue.submit` (with [`Reuse::AfterSubmit`], the default). Every
     /// encoder that recorded work on blocks dropped since the last submit must
     /// be among `command_buffers` or submitted before; an encoder kept
@@ -1183,7 +1192,9 @@ impl Pool {
 
     /// Sets the cache limit: free bytes kept in segments without a live
     /// block (MLX's `set_cache_limit`); above it, such segments are given
-    /// back after each free. `Some(0)` caches nothing.
+    /// back after each free. `Some(0)` caches nothing. While a limit is set
+    /// the front cache ([`PoolOptions::front_cache`]) is off: every drop
+    /// reaches the engine, which holds the limit.
     ///
     /// ```
     /// # let (device, queue) = vrampool::example_device()?;
@@ -1196,7 +1207,16 @@ impl Pool {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn set_cache_limit(&self, cache_limit: Option<u64>) {
-        self.inner.engine_synced().set_cache_limit(cache_limit)
+        let inner = &self.inner;
+        let mut engine = inner.engine_synced();
+        match cache_limit {
+            Some(_) => inner.close_front(&mut engine, &inner.cache_limited),
+            None => {
+                inner.cache_limited.store(false, Ordering::Release);
+                inner.reopen_front();
+            }
+        }
+        engine.set_cache_limit(cache_limit)
     }
 
     /// Calls `f` with the pool's state on every out-of-memory, just before
