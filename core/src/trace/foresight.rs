@@ -173,12 +173,12 @@ pub enum RecordedPlanError {
     )]
     Stream(u64),
     /// A pool's requests cannot be planned.
-    #[error("pool {pool:?}: {source}")]
+    #[error("pool {pool:?}: {why}")]
     Plan {
         /// The pool.
         pool: PoolKey,
-        /// Why.
-        source: ForesightError,
+        /// Why (in the message, so not also the error's `source()`).
+        why: ForesightError,
     },
 }
 
@@ -201,7 +201,7 @@ impl RecordedPlan {
             }
             let trace = Trace::parse_stream("recording", text, stream)?;
             let plan = Foresight::plan(&trace, alignment, max_segment)
-                .map_err(|source| RecordedPlanError::Plan { pool, source })?;
+                .map_err(|why| RecordedPlanError::Plan { pool, why })?;
             pools.push((pool, plan));
         }
         Ok(RecordedPlan { pools })

@@ -14,12 +14,13 @@ pub const HEADER: &str = "Thread,Time,Action,Pointer,Size,Stream";
 #[derive(Debug, thiserror::Error)]
 pub enum TraceError {
     /// The file could not be opened or read (also: a truncated gzip stream).
-    #[error("{path}: cannot read the trace: {source}")]
+    #[error("{path}: cannot read the trace: {error}")]
     Io {
         /// The file.
         path: String,
-        /// What the OS or decompressor said.
-        source: std::io::Error,
+        /// What the OS or decompressor said (in the message, so not also
+        /// the error's `source()`: a report of the chain says it once).
+        error: std::io::Error,
     },
     /// The first line is not the RMM header.
     #[error("{path}: line 1: expected the RMM header `{HEADER}`, found `{found}`")]
@@ -162,9 +163,9 @@ impl Trace {
     pub fn open(path: impl AsRef<Path>) -> Result<Trace, TraceError> {
         let path = path.as_ref();
         let shown = path.display().to_string();
-        let file = std::fs::File::open(path).map_err(|source| TraceError::Io {
+        let file = std::fs::File::open(path).map_err(|error| TraceError::Io {
             path: shown.clone(),
-            source,
+            error,
         })?;
         let name = path
             .file_name()
@@ -177,10 +178,7 @@ impl Trace {
             .unwrap_or_else(|| shown.clone());
         Self::from_reader(&name, file).map_err(|e| match e {
             // Name the file the user gave, not its stem, when it cannot be read.
-            TraceError::Io { source, .. } => TraceError::Io {
-                path: shown,
-                source,
-            },
+            TraceError::Io { error, .. } => TraceError::Io { path: shown, error },
             e => e,
         })
     }
@@ -226,9 +224,9 @@ impl Trace {
         max_rows: usize,
     ) -> Result<Trace, TraceError> {
         use std::io::BufRead;
-        let io = |source| TraceError::Io {
+        let io = |error| TraceError::Io {
             path: name.to_string(),
-            source,
+            error,
         };
         let mut reader = std::io::BufReader::new(reader);
         if reader.fill_buf().map_err(io)?.starts_with(&[0x1f, 0x8b]) {
@@ -312,9 +310,9 @@ impl Trace {
             let line = e.position().map_or(fallback_line, |p| p.line());
             let why = e.to_string();
             match e.into_kind() {
-                csv::ErrorKind::Io(source) => TraceError::Io {
+                csv::ErrorKind::Io(error) => TraceError::Io {
                     path: name.to_string(),
-                    source,
+                    error,
                 },
                 _ => TraceError::Row {
                     path: name.to_string(),
