@@ -11,12 +11,19 @@ cd "$(dirname "$0")/.."
 sudo_=""
 [ "$(id -u)" -eq 0 ] || sudo_="sudo"
 need=()
+# The linker's cache, read once: ldconfig is in /sbin, off an ordinary user's
+# PATH on Debian, and `ldconfig -p | grep -q` under pipefail fails when grep
+# stops reading first.
+libs="$(/sbin/ldconfig -p)"
+has_lib() { grep -qF "$1 " <<<"$libs"; }
 ls /usr/share/vulkan/icd.d/lvp_icd.*.json >/dev/null 2>&1 || need+=(mesa-vulkan-drivers)
-ldconfig -p | grep -q 'libvulkan.so.1 ' || need+=(libvulkan1)
+has_lib libvulkan.so.1 || need+=(libvulkan1)
 # wgpu's GL backend: EGL (surfaceless) and GLES from Mesa, drawing with llvmpipe.
-ldconfig -p | grep -q 'libEGL_mesa.so.0 ' || need+=(libegl-mesa0)
-ldconfig -p | grep -q 'libEGL.so.1 ' || need+=(libegl1)
-ldconfig -p | grep -q 'libGLESv2.so.2 ' || need+=(libgles2)
+has_lib libEGL_mesa.so.0 || need+=(libegl-mesa0)
+has_lib libEGL.so.1 || need+=(libegl1)
+has_lib libGLESv2.so.2 || need+=(libgles2)
+# cargo-fuzz's libFuzzer is C++, built from source.
+command -v c++ >/dev/null || need+=(g++)
 ls /usr/lib/*/dri/swrast_dri.so >/dev/null 2>&1 || need+=(libgl1-mesa-dri)
 # The page's tests run in a real browser with WebGPU (headless Chromium, SwiftShader).
 [ -x /usr/bin/chromium ] || need+=(chromium)
@@ -56,6 +63,7 @@ cargo build --release -p vrampool-cli
 # Chromium's profile under chromedriver outlives the run (tens of MB each time):
 # keep it in a folder of its own, removed after.
 browser_tmp="$(mktemp -d)"
+trap 'rm -rf "$browser_tmp"' EXIT
 (
   cd web
   TMPDIR="$browser_tmp" CHROMEDRIVER=/usr/bin/chromedriver \

@@ -42,24 +42,25 @@ pub fn pick(selector: Option<&str>) -> Result<(usize, wgpu::Adapter)> {
             }
         })
         .collect();
-    if let Ok(i) = sel.parse::<usize>() {
-        let n = all.len();
-        return all.into_iter().nth(i).map(|a| (i, a)).with_context(|| {
-            format!(
-                "--adapter {i}: there are only {n} adapters ({})",
-                names.join(", ")
-            )
-        });
+    let index = sel.parse::<usize>().ok();
+    if let Some(i) = index.filter(|&i| i < all.len()) {
+        return Ok((i, all.into_iter().nth(i).expect("in range")));
     }
+    // A number past the adapters may be part of a name (`--adapter 4090`).
     let want = sel.to_lowercase();
+    let n = all.len();
     all.into_iter()
         .enumerate()
         .find(|(_, a)| a.get_info().name.to_lowercase().contains(&want))
-        .with_context(|| {
-            format!(
+        .with_context(|| match index {
+            Some(i) => format!(
+                "--adapter {i}: there are only {n} adapters, and none has {i} in its name ({})",
+                names.join(", ")
+            ),
+            None => format!(
                 "--adapter {sel:?} matches no adapter; found: {}",
                 names.join(", ")
-            )
+            ),
         })
 }
 

@@ -26,7 +26,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{Result, bail};
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -156,6 +156,19 @@ pub fn bar(len: u64, common: &Common) -> ProgressBar {
 
 fn run(cli: Cli) -> Result<ExitCode> {
     let c = &cli.common;
+    let name = match &cli.command {
+        Command::Info => Some("info lists adapters"),
+        Command::Bench(_) => Some("bench times allocations on pools it makes and drops"),
+        _ => None,
+    };
+    if let Some(what) = name
+        && (c.summary || c.timeline.is_some())
+    {
+        bail!(
+            "{what}, and keeps no pool to summarise or chart: --summary and --timeline are for \
+             replay and workload"
+        );
+    }
     match &cli.command {
         Command::Info => info::command(c),
         Command::Replay(a) => replay::command(a, c),

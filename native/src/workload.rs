@@ -40,9 +40,10 @@ const MAX_BATCH: u32 = 1 << 20;
 
 #[derive(Args)]
 pub struct WorkloadArgs {
-    /// Samples per step.
-    #[arg(long, default_value_t = 256)]
-    batch: u32,
+    /// Samples per step (default 256); with --find-batch, the largest batch
+    /// the search tries (default 2^20).
+    #[arg(long)]
+    batch: Option<u32>,
     /// Training steps.
     #[arg(long, default_value_t = 100)]
     steps: u32,
@@ -73,11 +74,15 @@ pub struct WorkloadArgs {
 struct Run {
     losses: Vec<(u32, f32)>,
     samples: Vec<Sample>,
+    /// Over the whole run (each step resets the pool's peaks, so that
+    /// `samples` has each step's).
     peak_reserved: u64,
+    peak_allocated: u64,
+    /// The pool's at the end: its peaks are the last step's.
     stats: vrampool::Stats,
     summary: String,
-    /// Wall time of the steps (the model's setup excluded).
-    step_ms: f64,
+    /// Wall time of all the steps (the model's setup excluded).
+    steps_ms: f64,
 }
 
 /// Trains `cfg` for `steps` on `pool`.
@@ -88,7 +93,9 @@ fn train(pool: &Pool, cfg: MlpConfig, steps: u32, c: &Common) -> Result<Run> {
     let mut losses = Vec::new();
     let mut samples = Vec::new();
     let every = (steps / 10).max(1);
-    let mut peak_reserved = pool.stats().total.reserved_bytes.peak;
+    let first = pool.stats().total;
+    let (mut peak_reserved, mut peak_allocated) =
+        (first.reserved_bytes.peak, first.allocated_bytes.peak);
     let start = std::time::Instant::now();
     for s in 0..steps {
         pool.reset_peak_stats();
@@ -101,6 +108,7 @@ fn train(pool: &Pool, cfg: MlpConfig, steps: u32, c: &Common) -> Result<Run> {
         }
         let st = pool.stats();
         peak_reserved = peak_reserved.max(st.total.reserved_bytes.peak);
+        peak_allocated = peak_allocated.max(st.total.allocated_bytes.peak);
         for (k, allocated) in [
             st.total.allocated_bytes.peak,
             st.total.allocated_bytes.current,
@@ -130,16 +138,17 @@ fn train(pool: &Pool, cfg: MlpConfig, steps: u32, c: &Common) -> Result<Run> {
         }
         pb.inc(1);
     }
-    let step_ms = start.elapsed().as_secs_f64() * 1e3;
+    let steps_ms = start.elapsed().as_secs_f64() * 1e3;
     pb.finish_and_clear();
     drop(trainer);
     Ok(Run {
         losses,
         samples,
         peak_reserved,
+        peak_allocated,
         stats: pool.stats(),
         summary: pool.memory_summary(),
-        step_ms,
+        steps_ms,
     })
 }
 
@@ -150,23 +159,45 @@ pub fn command(a: &WorkloadArgs, c: &Common) -> Result<ExitCode> {
             a.steps
         );
     }
-    if a.batch == 0 || a.hidden == 0 {
+    if a.batch == Some(0) || a.hidden == 0 {
         bail!("--batch and --hidden must be at least 1");
     }
     if !(a.lr > 0.0 && a.lr.is_finite()) {
         bail!("--lr {}: the learning rate must be a positive number", a.lr);
     }
     let mut cfg = MlpConfig {
-        batch: a.batch,
+        batch: a.batch.unwrap_or(256),
         hidden: a.hidden,
         dtype: a.dtype.into(),
         lr: a.lr,
         ..MlpConfig::default()
     };
+    if c.simulate && (a.follow || c.timeline.is_some()) {
+        bail!(
+            "--simulate makes a dry run, which trains nothing: --follow and --timeline need a GPU; \
+             drop them or --simulate"
+        );
+    }
+    let target = Target::open(c, 141 << 30, 4 << 30)?;
+    // What one tensor may take: the GPU's limits, or the simulated H200's
+    // largest buffer.
+    let limits = match &target {
+        Target::Gpu { device, .. } => device.limits(),
+        Target::Simulated { max_buffer, .. } => wgpu::Limits {
+            max_buffer_size: *max_buffer,
+            max_storage_buffer_binding_size: *max_buffer,
+            ..wgpu::Limits::default()
+        },
+    };
     let mut found = None;
     if a.find_batch {
         let budget = a.budget.expect("clap requires --budget");
-        let Some(b) = find_batch(&cfg, budget, MAX_BATCH) else {
+        let most = cfg.largest_batch(&limits).min(a.batch.unwrap_or(MAX_BATCH));
+        if most == 0 {
+            // Says which tensor is past the device's limits at a batch of 1.
+            MlpConfig { batch: 1, ..cfg }.check(&limits)?;
+        }
+        let Some(b) = find_batch(&cfg, budget, most) else {
             let need = dry_run(&MlpConfig { batch: 1, ..cfg }, u64::MAX / 4, 2)
                 .map(|s| s.total.reserved_bytes.peak)
                 .unwrap_or(0);
@@ -186,7 +217,7 @@ pub fn command(a: &WorkloadArgs, c: &Common) -> Result<ExitCode> {
         found = Some((b, s.total.reserved_bytes.peak));
         cfg.batch = b;
     }
-    let target = Target::open(c, 141 << 30, 4 << 30)?;
+    cfg.check(&limits)?;
     let Target::Gpu { device, queue, .. } = &target else {
         // The simulated device runs no shaders: report the dry run alone.
         let s = dry_run(&cfg, a.budget.unwrap_or(u64::MAX / 4), a.steps)?;
@@ -250,9 +281,10 @@ pub fn command(a: &WorkloadArgs, c: &Common) -> Result<ExitCode> {
         losses,
         samples,
         peak_reserved,
+        peak_allocated,
         stats,
         summary,
-        step_ms,
+        steps_ms,
     } = &run;
     let peak_reserved = *peak_reserved;
     let (first, last) = (losses[0].1, losses[losses.len() - 1].1);
@@ -285,12 +317,15 @@ pub fn command(a: &WorkloadArgs, c: &Common) -> Result<ExitCode> {
                 "f32_weight_bytes": cfg.f32_weight_bytes(),
                 "saved_bytes": saved,
                 "peak_reserved": peak_reserved,
-                "step_ms": step_ms,
+                "peak_allocated": peak_allocated,
+                "steps_ms": steps_ms,
+                "ms_per_step": steps_ms / f64::from(a.steps),
                 "stats": stats,
                 "recorded": recorded.as_ref().map(|(r, plan)| json!({
                     "losses": r.losses,
                     "peak_reserved": r.peak_reserved,
-                    "step_ms": r.step_ms,
+                    "peak_allocated": r.peak_allocated,
+                    "steps_ms": r.steps_ms,
                     "stats": r.stats,
                     "plan_reserved": plan.reserved(),
                     "plan_segments": plan.pools.iter().map(|(_, p)| p.segments.len()).sum::<usize>(),
@@ -323,7 +358,7 @@ pub fn command(a: &WorkloadArgs, c: &Common) -> Result<ExitCode> {
         );
         outln!(
             "pool: peak allocated {}, peak reserved {}, {} device allocations, {} of {} requests from the cache, {} OOMs",
-            fmt_bytes(stats.total.allocated_bytes.peak),
+            fmt_bytes(*peak_allocated),
             fmt_bytes(peak_reserved),
             stats.counters.device_allocs,
             stats.counters.cache_hits,
@@ -335,7 +370,7 @@ pub fn command(a: &WorkloadArgs, c: &Common) -> Result<ExitCode> {
                 "recorded run: peak reserved {}, {} device allocations, {:.1} ms of steps; its plan: {} in {} buffers",
                 fmt_bytes(r.peak_reserved),
                 r.stats.counters.device_allocs,
-                r.step_ms,
+                r.steps_ms,
                 fmt_bytes(plan.reserved()),
                 plan.pools
                     .iter()
@@ -346,7 +381,7 @@ pub fn command(a: &WorkloadArgs, c: &Common) -> Result<ExitCode> {
                 "followed run: {} requests placed by the plan, {} not, {:.1} ms of steps",
                 follow.placed,
                 follow.unplaced,
-                step_ms
+                steps_ms
             );
         }
         if let Some((b, peak)) = found {

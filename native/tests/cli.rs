@@ -854,6 +854,14 @@ fn bad_traces_are_refused_with_their_line() {
         &[],
         "huge: line 2: line longer than 64 KiB (an RMM log row is about 60 bytes): is this an RMM log?",
     );
+    // The reader's reason, once: it was the message's and its source's both.
+    let missing = d.path().join("no-such.csv");
+    let out = vrampool()
+        .args(["replay", "--simulate", missing.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.matches("No such file or directory").count(), 1, "{err}");
 }
 
 #[test]
@@ -1104,10 +1112,48 @@ fn bad_requests_are_refused() {
         .unwrap();
     let err = String::from_utf8_lossy(&huge.stderr);
     assert!(huge.status.success() && !err.contains("panicked"), "{err}");
+    // A batch past what the device binds: refused before the run, saying
+    // what fits (the simulated H200's 4 GiB buffers here).
+    refuses(
+        &["workload", "--simulate", "--batch", "2000000"],
+        &[],
+        "a batch of at most 1048576 fits",
+    );
+    // Options a command would ignore.
+    refuses(
+        &["workload", "--simulate", "--follow"],
+        &[],
+        "--follow and --timeline need a GPU",
+    );
+    refuses(
+        &["replay", "--capacity", "1000", &t],
+        &[],
+        "--capacity and --max-buffer-size size the simulated device",
+    );
+    refuses(
+        &["replay", "--max-buffer-size", "1000", &t],
+        &[],
+        "add --simulate, or drop them",
+    );
+    refuses(
+        &["info", "--summary"],
+        &[],
+        "--summary and --timeline are for replay and workload",
+    );
+    refuses(
+        &["bench", "--simulate", "--timeline", "x.svg"],
+        &[],
+        "bench times allocations on pools it makes and drops",
+    );
     refuses(
         &["replay", "--adapter", "no-such-gpu", &t],
         &[],
         "matches no adapter",
+    );
+    refuses(
+        &["replay", "--adapter", "99", &t],
+        &[],
+        "adapters, and none has 99 in its name",
     );
     refuses(
         &["replay", &t],
@@ -1128,6 +1174,30 @@ fn bad_requests_are_refused() {
 }
 
 #[test]
+fn a_device_too_small_for_the_trace_is_no_success() {
+    // With no limit, a replay that ran out of memory on a device smaller
+    // than the trace printed its partial figures (a ratio of 0.00002 over
+    // a peak live it never reached) and exited 0.
+    let t = trace("small_loop");
+    let out = vrampool()
+        .args(["replay", "--simulate", "--capacity", "1000"])
+        .arg(&t)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("allocations were refused with no limit, on simulated device")
+            && err.contains("figures are of a partial replay")
+            && err.contains("give a larger --capacity"),
+        "{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+    // The table still prints, its OOMs column counting them.
+    assert!(String::from_utf8_lossy(&out.stdout).contains("OOMs"));
+}
+
+#[test]
 fn a_size_near_u64_max_is_an_out_of_memory_for_every_policy() {
     // On a device that claims to hold it: the baselines' size arithmetic
     // wrapped to a 0-byte buffer and "served" it.
@@ -1138,11 +1208,16 @@ fn a_size_near_u64_max_is_an_out_of_memory_for_every_policy() {
         &format!("{H}0,0,allocate,0x10,{},0x0\n", u64::MAX),
     );
     let max = u64::MAX.to_string();
-    let v = json(
-        vrampool()
-            .args(["replay", "--simulate", "--compare"])
-            .args(["--max-buffer-size", &max, "--capacity", &max, &t]),
-    );
+    let out = vrampool()
+        .args(["replay", "--simulate", "--compare", "--json"])
+        .args(["--max-buffer-size", &max, "--capacity", &max, &t])
+        .output()
+        .unwrap();
+    // Out of memory with no limit: exit 2, and a line per policy saying so.
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.matches("refused with no limit").count(), 5, "{err}");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     let rows = v.as_array().unwrap();
     assert_eq!(rows.len(), 5);
     for r in rows {

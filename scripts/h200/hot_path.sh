@@ -31,7 +31,8 @@ timeout 60 .bin/gpu_tests --include-ignored --test-threads 1 >> $OUT/tests.txt 2
 echo "== reliability $(date +%T)" >> $OUT/log.txt
 VRAMPOOL_THREAD_OPS=125000 VRAMPOOL_INTEGRITY_OPS=1000000 VRAMPOOL_INTEGRITY_LIVE_MIB=4096 \
   VRAMPOOL_INTEGRITY_MAX_MIB=256 timeout 300 .bin/reliability --nocapture > $OUT/reliability.txt 2>&1
-echo "== done $(date +%T) rc $?" >> $OUT/log.txt
+rc=$?
+echo "== done $(date +%T) rc $rc" >> $OUT/log.txt
 grep -h "test result" $OUT/*.txt > $OUT/results.txt
 cat $OUT/log.txt $OUT/results.txt
 # The device tool brings back a few files only: keep the rest in one.

@@ -123,6 +123,74 @@ impl MlpConfig {
         let (i, h, o) = (self.d_in as u64, self.hidden as u64, self.d_out as u64);
         4 * (i * h + h * o)
     }
+
+    /// The largest batch whose every tensor fits `limits`: each one is bound
+    /// whole (at most `max_storage_buffer_binding_size`, the parameters
+    /// `max_uniform_buffer_binding_size`) and is one buffer (at most
+    /// `max_buffer_size`). 0 when not even a batch of 1 fits.
+    ///
+    /// ```
+    /// use vrampool_workload::MlpConfig;
+    /// let limits = wgpu::Limits {
+    ///     max_storage_buffer_binding_size: 1 << 20,
+    ///     ..wgpu::Limits::default()
+    /// };
+    /// // h and dh: batch × 1024 hidden units × 4 bytes, in 1 MiB.
+    /// assert_eq!(MlpConfig::default().largest_batch(&limits), 256);
+    /// ```
+    pub fn largest_batch(&self, limits: &wgpu::Limits) -> u32 {
+        let at = |batch| plan(&MlpConfig { batch, ..*self });
+        let mut most = u64::from(u32::MAX);
+        for (t0, t1) in at(0).iter().zip(at(1)) {
+            let cap = cap(t0.role, limits);
+            let per_sample = t1.size - t0.size;
+            most = match cap.checked_sub(t0.size) {
+                None => 0,
+                Some(left) => most.min(left.checked_div(per_sample).unwrap_or(u64::MAX)),
+            };
+        }
+        most as u32
+    }
+
+    /// Checks that every tensor of this configuration fits `limits` (see
+    /// [`MlpConfig::largest_batch`]): [`Error::Config`] naming the first that
+    /// does not, and the largest batch that fits.
+    pub fn check(&self, limits: &wgpu::Limits) -> Result<(), Error> {
+        let Some(t) = plan(self)
+            .into_iter()
+            .find(|t| t.size > cap(t.role, limits))
+        else {
+            return Ok(());
+        };
+        let fits = self.largest_batch(limits);
+        Err(Error::Config(format!(
+            "tensor `{}` of batch {} with {} hidden units takes {} bytes, above the {} bytes the \
+             device allows for it (max_storage_buffer_binding_size, max_buffer_size): {}",
+            t.label,
+            self.batch,
+            self.hidden,
+            t.size,
+            cap(t.role, limits),
+            if fits == 0 {
+                "not even a batch of 1 fits; lower the hidden width".to_string()
+            } else {
+                format!("a batch of at most {fits} fits")
+            }
+        )))
+    }
+}
+
+/// The largest tensor of `role` `limits` allow: bound whole, one buffer.
+fn cap(role: Role, limits: &wgpu::Limits) -> u64 {
+    match role {
+        Role::Uniform => limits.max_uniform_buffer_binding_size,
+        Role::Readback => u64::MAX,
+        // The shader counts a tensor's words in a u32.
+        _ => limits
+            .max_storage_buffer_binding_size
+            .min(4 * u64::from(u32::MAX)),
+    }
+    .min(limits.max_buffer_size)
 }
 
 /// Every tensor, in the order a run allocates them: the persistent ones
@@ -309,6 +377,9 @@ impl Trainer {
             ));
         }
         let device = pool.device();
+        // Before the host's copies of the weights are made: a width past
+        // the device's limits would ask the host for as much.
+        cfg.check(&device.limits())?;
         let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
             label: Some("vrampool mlp"),
             source: wgpu::ShaderSource::Wgsl(MLP_WGSL.into()),
@@ -584,4 +655,53 @@ pub fn desc(t: &Tensor) -> AllocDesc<'static> {
         Role::Readback => AllocDesc::readback(t.size),
     }
     .label(t.label)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Vulkan's caps on an H200: wgpu binds at most 2^31 − 1 bytes.
+    fn h200() -> wgpu::Limits {
+        wgpu::Limits {
+            max_storage_buffer_binding_size: (1 << 31) - 1,
+            max_buffer_size: 1 << 32,
+            ..wgpu::Limits::default()
+        }
+    }
+
+    #[test]
+    fn a_batch_past_the_devices_binding_size_is_refused_naming_what_fits() {
+        // h and dh are batch × hidden × 4 bytes, bound whole: a batch the
+        // simulated dry run accepts made wgpu panic in create_bind_group.
+        let c = MlpConfig {
+            batch: 600_000,
+            ..MlpConfig::default()
+        };
+        assert_eq!(c.largest_batch(&h200()), 524_287);
+        let e = c.check(&h200()).unwrap_err().to_string();
+        assert!(
+            e.contains("tensor `h` of batch 600000")
+                && e.contains("a batch of at most 524287 fits"),
+            "{e}"
+        );
+        MlpConfig {
+            batch: 524_287,
+            ..c
+        }
+        .check(&h200())
+        .unwrap();
+        // A width no batch fits: said before any host vector is made.
+        let wide = MlpConfig {
+            batch: 1,
+            hidden: u32::MAX,
+            ..c
+        };
+        assert_eq!(wide.largest_batch(&h200()), 0);
+        let e = wide.check(&h200()).unwrap_err().to_string();
+        assert!(
+            e.contains("tensor `w1`") && e.contains("not even a batch of 1"),
+            "{e}"
+        );
+    }
 }

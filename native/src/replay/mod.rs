@@ -64,12 +64,14 @@ pub struct ReplayArgs {
     /// Engine policies only.
     #[arg(long, default_value_t = 0, value_name = "N")]
     submit_every: u64,
-    /// Simulated device memory in bytes (default: an H200's 141 GiB).
-    #[arg(long, default_value_t = 141 << 30)]
-    capacity: u64,
-    /// Simulated max_buffer_size in bytes (default: the H200's 4 GiB).
-    #[arg(long, default_value_t = 4 << 30)]
-    max_buffer_size: u64,
+    /// Simulated device memory in bytes (default: an H200's 141 GiB). With
+    /// --simulate only: a GPU has its own.
+    #[arg(long)]
+    capacity: Option<u64>,
+    /// Simulated max_buffer_size in bytes (default: the H200's 4 GiB). With
+    /// --simulate only: a GPU has its own.
+    #[arg(long)]
+    max_buffer_size: Option<u64>,
     /// On a GPU: read nvidia-smi's used memory before, while memory grows, and
     /// after empty_cache.
     #[arg(long)]
@@ -229,8 +231,18 @@ pub fn command(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
             a.policy.name()
         );
     }
+    if !c.simulate && (a.capacity.is_some() || a.max_buffer_size.is_some()) {
+        bail!(
+            "--capacity and --max-buffer-size size the simulated device, and a GPU has its own: \
+             add --simulate, or drop them"
+        );
+    }
     let budget = a.budget.as_deref().map(parse_budget).transpose()?;
-    if a.max_buffer_size == 0 {
+    let (capacity, max_buffer_size) = (
+        a.capacity.unwrap_or(141 << 30),
+        a.max_buffer_size.unwrap_or(4 << 30),
+    );
+    if max_buffer_size == 0 {
         bail!("--max-buffer-size 0: a buffer must hold at least 1 byte");
     }
     let mut traces = Vec::new();
@@ -238,7 +250,7 @@ pub fn command(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
         let t = Trace::open(path)?;
         traces.push(if a.scale > 1 { t.scaled(a.scale) } else { t });
     }
-    let target = Target::open(c, a.capacity, a.max_buffer_size)?;
+    let target = Target::open(c, capacity, max_buffer_size)?;
     let max_buffer = target.max_buffer();
     for t in &traces {
         if t.largest > max_buffer {
@@ -433,7 +445,31 @@ pub fn command(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
     }
     pb.finish_and_clear();
     print_replay(&rows, c, a.min_budget, &target, &a.set)?;
-    Ok(if any_oom && budget.is_some() {
+    // With no limit, an out-of-memory is the device's: the trace did not fit,
+    // and every figure above is of the part that did.
+    for r in rows
+        .iter()
+        .filter(|r| r.limit.is_none() && r.outcome.report.ooms > 0)
+    {
+        let report = &r.outcome.report;
+        eprintln!(
+            "{} under {}: {} of {} allocations were refused with no limit, on {}: the device is \
+             too small for the trace, and its figures are of a partial replay; {}",
+            r.trace,
+            r.policy.name(),
+            report.ooms,
+            report.allocs,
+            target.name(),
+            if c.simulate {
+                "give a larger --capacity or --max-buffer-size, or a larger --scale"
+            } else {
+                "pass a larger --scale to divide every size"
+            }
+        );
+    }
+    // 2: some replay ran out of memory (under a budget, or on a device too
+    // small with none).
+    Ok(if any_oom {
         ExitCode::from(2)
     } else {
         ExitCode::SUCCESS
