@@ -5,7 +5,7 @@ use leptos::prelude::*;
 use leptos::task::spawn_local;
 use vrampool::fmt_bytes;
 
-use super::page::{BUSY, Page};
+use super::page::{BUSY, Page, REPLAYING, replaying};
 use crate::model::{MAX_COUNT, ModelCell, Usage, allocate_held, parse_count};
 
 /// The allocate inputs, shared with "induce OOM" (which fills them in).
@@ -40,6 +40,9 @@ pub fn allocate(page: Page, form: AllocForm) {
     };
     let size: u64 = form.size.get_untracked().parse().unwrap_or(1 << 20);
     let usage = Usage::parse(&form.usage.get_untracked());
+    if replaying(page) {
+        return page.fail(REPLAYING);
+    }
     let Some(claim) = page.claim_gpu() else {
         page.fail(BUSY);
         return;

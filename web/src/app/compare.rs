@@ -164,6 +164,16 @@ impl Geometry {
     }
 }
 
+/// Takes the scrubber and both segment maps to event `at` (`None`: follows
+/// the replay), clamped as the slider's range is: for the slider, "follow
+/// the replay" and a click on either chart.
+pub fn scrub_to(page: Page, at: Option<usize>) {
+    if let Some((at, m)) = page.with_compare(|c| c.scrub(at, MAPS_SHOWN)) {
+        page.scrub.set(at);
+        page.moment.set(m);
+    }
+}
+
 /// Advances comparison `id` each tick by the events due at its speed,
 /// until it ends; then says how it ended.
 async fn run_compare(page: Page, id: u64) {
@@ -332,7 +342,7 @@ pub fn ComparePanel() -> impl IntoView {
                 <button id="compare-budget" on:click=budgets>
                     {move || if bisecting.get() { "finding the smallest budgets…" } else { "find the smallest budgets" }}
                 </button>
-                <span class="hint">"Both run on a simulated 4 GiB device with WebGPU's 256 MiB largest buffer, as "<code>"vrampool replay --simulate --compare"</code>" does; once every event is replayed (not after stop), the table adds PyTorch with expandable_segments on the same trace: what virtual memory, which WebGPU lacks, would hold."</span>
+                <span class="hint">"Both run on a simulated 4 GiB device with WebGPU's 256 MiB largest buffer, as "<code>"vrampool replay --simulate --compare --capacity 4294967296 --max-buffer-size 268435456"</code>" does; once every event is replayed (not after stop), the table adds PyTorch with expandable_segments on the same trace: what virtual memory, which WebGPU lacks, would hold."</span>
             </div>
             <p id="compare-summary" class="summary">{move || view.with(CompareView::summary)}</p>
             <Show when=move || view.with(|v| v.id != 0)>
@@ -393,7 +403,7 @@ fn CompareChart() -> impl IntoView {
     let click = move |ev: leptos::ev::MouseEvent| {
         if let Some(frac) = pointer_fraction(&ev, CHART) {
             let e = view.with_untracked(|v| (frac * v.events as f64).round() as usize);
-            page.scrub.set(Some(e));
+            scrub_to(page, Some(e));
         }
     };
     let line = move |i: usize| move || geometry.with(|g| g.reserved[i].clone());
@@ -527,22 +537,11 @@ fn Scrubber() -> impl IntoView {
     let view = page.compare_view;
     let moment = page.moment;
     let scrubbed = move |ev: leptos::ev::Event| {
-        let Ok(at) = event_target_value(&ev).parse::<usize>() else {
-            return;
-        };
-        let (position, done) = view.with_untracked(|v| (v.position, v.done));
-        let at = (at < position || done).then_some(at);
-        page.scrub.set(at);
-        if let Some(m) = page.with_compare(|c| c.moment(at, MAPS_SHOWN)) {
-            moment.set(m);
+        if let Ok(at) = event_target_value(&ev).parse::<usize>() {
+            scrub_to(page, Some(at));
         }
     };
-    let follow = move |_| {
-        page.scrub.set(None);
-        if let Some(m) = page.with_compare(|c| c.moment(None, MAPS_SHOWN)) {
-            moment.set(m);
-        }
-    };
+    let follow = move |_| scrub_to(page, None);
     let map = move |lane: usize, name: &'static str| {
         let heading = move || {
             moment.with(|m: &Moment| {

@@ -21,6 +21,15 @@ use crate::model::{Compare, Model, ModelCell, Moment, PeakStack, Point};
 /// training step is awaiting it.
 pub const BUSY: &str = "busy: a replay or training step is using the GPU; press again in a moment";
 
+/// Said when "allocate" or "train" is pressed during a replay, whose figures
+/// they would change.
+pub const REPLAYING: &str = "a replay is running: stop it or let it end first";
+
+/// Whether a replay is running on the page's pool.
+pub fn replaying(page: Page) -> bool {
+    page.with_model(|m| m.replay.is_some()) == Some(true)
+}
+
 /// The tick's period: figures at 20 Hz. Replays and training pace themselves to it.
 pub const TICK: Duration = Duration::from_millis(50);
 

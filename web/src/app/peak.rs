@@ -7,6 +7,7 @@ use leptos::prelude::*;
 use vrampool::fmt_bytes;
 
 use super::chart::{Frame, axes, pointer_fraction, swatch};
+use super::compare::scrub_to;
 use super::page::Page;
 use crate::model::axes::{Tick, byte_ticks, event_ticks, grouped, polyline};
 use crate::model::{Band, BandKind, PeakStack, SIZE_CLASSES, size_class};
@@ -133,7 +134,7 @@ pub fn PeakPanel() -> impl IntoView {
     let click = move |ev: leptos::ev::MouseEvent| {
         if let Some(frac) = pointer_fraction(&ev, CHART) {
             let e = geometry.with_untracked(|g| (frac * g.events as f64).round() as usize);
-            page.scrub.set(Some(e));
+            scrub_to(page, Some(e));
         }
     };
     view! {

@@ -40,10 +40,11 @@ impl ReplayView {
             (Some((i, n)), _) => format!("replaying: {i} / {n} events"),
             (None, Some(r)) => {
                 let mut line = format!(
-                    "done: {} events. vrampool (this pool): peak reserved {} = {:.3} × peak live, {} device allocations, {} cache hits, {} OOMs",
+                    "{}: {} events. vrampool (this pool): peak reserved {} = {:.3} × peak live, {} device allocations, {} cache hits, {} OOMs",
+                    r.word(),
                     r.ops,
                     fmt_bytes(r.peak_reserved),
-                    r.peak_reserved as f64 / r.peak_live as f64,
+                    r.ratio(r.peak_reserved),
                     r.device_allocs,
                     r.cache_hits,
                     r.ooms
@@ -52,7 +53,7 @@ impl ReplayView {
                     line.push_str(&format!(
                         ". PyTorch's scheme on the same trace (simulated): peak reserved {} = {:.3} ×, {} device allocations, {} cache hits, {} OOMs",
                         fmt_bytes(t.peak_reserved),
-                        t.peak_reserved as f64 / r.peak_live as f64,
+                        r.ratio(t.peak_reserved),
                         t.device_allocs,
                         t.cache_hits,
                         t.ooms

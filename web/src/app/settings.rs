@@ -7,7 +7,7 @@ use vrampool::{Growth, fmt_bytes};
 
 use super::allocate::{AllocForm, allocate};
 use super::page::Page;
-use crate::model::ModelCell;
+use crate::model::{ModelCell, parse_mib};
 
 const MIB: u64 = 1 << 20;
 
@@ -65,7 +65,7 @@ pub fn SettingsPanel() -> impl IntoView {
         // with an out-of-memory (the cache it could not use kept).
         let Some(limit) = page.with_model(|m| {
             let limit = m.stats().total.allocated_bytes.current + 4 * MIB;
-            match m.set_limits(Some(limit), None) {
+            match m.set_budget(Some(limit)) {
                 Ok(()) => m.say(format!(
                     "induced OOM: budget set to {} (live + 4 MiB); allocating 16 × 1 MiB",
                     fmt_bytes(limit)
@@ -97,19 +97,4 @@ pub fn SettingsPanel() -> impl IntoView {
             <button id="btn-oom" on:click=induce_oom>"induce OOM"</button>
         </div>
     }
-}
-
-/// A number of MiB typed in a field: `None` when empty.
-fn parse_mib(s: &str) -> Result<Option<u64>, String> {
-    let s = s.trim();
-    if s.is_empty() {
-        return Ok(None);
-    }
-    let v: f64 = s
-        .parse()
-        .map_err(|_| format!("`{s}` is not a number of MiB"))?;
-    if !(v >= 0.0 && v.is_finite()) {
-        return Err(format!("`{s}` must be zero or more"));
-    }
-    Ok(Some((v * MIB as f64) as u64))
 }

@@ -9,7 +9,7 @@ use leptos::task::spawn_local;
 use vrampool::{Pool, fmt_bytes};
 use vrampool_workload::{Dtype, MlpConfig, Trainer, find_batch};
 
-use super::page::{Page, now_s, rest_of_tick, sleep};
+use super::page::{Page, REPLAYING, now_s, replaying, rest_of_tick, sleep};
 use crate::model::{Backing, ModelCell};
 
 /// What the training status shows.
@@ -75,15 +75,22 @@ async fn start_training(page: Page, backing: Rc<dyn Backing>, cfg: MlpConfig) {
         "training: batch {}, hidden {}, {:?} weights",
         cfg.batch, cfg.hidden, cfg.dtype
     ));
-    train(page, run, pool, trainer).await;
+    train(page, run, &backing, pool, trainer).await;
 }
 
-/// Training's own loop: at most one step a tick, each holding the GPU (so a
-/// replay and training take turns), reading the loss back every fifth step,
-/// until it is stopped or a step fails.
-async fn train(page: Page, run: u64, pool: &Pool, mut trainer: Trainer) {
+/// Training's own loop: at most one step a tick, each holding the GPU,
+/// reading the loss back every fifth step, until it is stopped, a step
+/// fails, or a new pool replaces `backing` (the settings, a replay), as a
+/// new device stops it.
+async fn train(page: Page, run: u64, backing: &Rc<dyn Backing>, pool: &Pool, mut trainer: Trainer) {
     let current = move || page.training.with_untracked(|t| t.running && t.run == run);
-    while current() {
+    let why = loop {
+        if !current() {
+            return;
+        }
+        if page.with_model(|m| m.uses(backing)) != Some(true) {
+            break "a new pool replaced its own".to_string();
+        }
         let began = now_s();
         if let Some(_claim) = page.claim_gpu() {
             let read_loss = page.training.with_untracked(|t| t.step % 5 == 0);
@@ -94,19 +101,17 @@ async fn train(page: Page, run: u64, pool: &Pool, mut trainer: Trainer) {
                         t.losses.extend(report.loss.map(|l| (report.step, l)));
                     }
                 }),
-                Err(e) => {
-                    page.training.update(|t| {
-                        if t.run == run {
-                            t.stop();
-                        }
-                    });
-                    page.say(format!("training stopped: {e}"));
-                    return;
-                }
+                Err(e) => break e.to_string(),
             }
         }
         sleep(rest_of_tick(began)).await;
-    }
+    };
+    page.training.update(|t| {
+        if t.run == run {
+            t.stop();
+        }
+    });
+    page.say(format!("training stopped: {why}"));
 }
 
 /// Batch size and dtype; train / stop, find the largest batch, and the loss.
@@ -133,6 +138,9 @@ pub fn TrainingPanel() -> impl IntoView {
         if page.training.with_untracked(|t| t.running) {
             page.training.update(TrainView::stop);
             return;
+        }
+        if replaying(page) {
+            return page.fail(REPLAYING);
         }
         let Some(backing) = page
             .with_model(|m| m.backing())

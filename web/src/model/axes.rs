@@ -31,15 +31,16 @@ pub fn short_bytes(b: u64) -> String {
 }
 
 /// Ticks from 0 to `top` bytes: a power-of-two step (so labels are round in
-/// KiB / MiB / GiB) giving at most `most` ticks above zero.
+/// KiB / MiB / GiB) giving at most `most` ticks above zero; they stop at the
+/// largest `u64` whatever `top` (the step at most 2^63).
 pub fn byte_ticks(top: f64, most: usize) -> Vec<Tick> {
     let most = most.max(1) as f64;
     let mut step = 1u64;
-    while (step as f64) * most < top {
+    while (step as f64) * most < top && step < 1 << 63 {
         step *= 2;
     }
     (0..)
-        .map(|i| i as u64 * step)
+        .map_while(|i: u64| i.checked_mul(step))
         .take_while(|&v| v as f64 <= top)
         .map(|v| Tick {
             value: v as f64,
@@ -152,6 +153,17 @@ mod tests {
         assert_eq!(labels, ["0", "64 MiB", "128 MiB", "192 MiB", "256 MiB"]);
         assert_eq!(byte_ticks(1000.0, 4).last().unwrap().label, "768 B");
         assert_eq!(short_bytes(3 << 29), "1.5 GiB");
+    }
+
+    #[test]
+    fn byte_ticks_stop_at_the_largest_u64() {
+        // A budget of u64::MAX (and more) once wrapped the ticks to 0 and
+        // listed them forever (or overflowed, in a debug build).
+        for top in [u64::MAX as f64, 1.1 * u64::MAX as f64, f64::INFINITY] {
+            let t = byte_ticks(top, 5);
+            assert!((2..=6).contains(&t.len()), "{top}: {t:?}");
+            assert!(t.windows(2).all(|w| w[0].value < w[1].value), "{top}");
+        }
     }
 
     #[test]

@@ -313,6 +313,18 @@ impl Compare {
         cursor.run_to(at);
         Moment::of(cursor, max)
     }
+
+    /// Where the scrubber goes when asked for event `at` (the slider, a
+    /// click on a chart), and both policies there: as the slider's range
+    /// allows, at most the events taken, and an event not taken yet while
+    /// the replay runs (or `None`) follows the replay (`None`).
+    pub fn scrub(&mut self, at: Option<usize>, max: usize) -> (Option<usize>, Moment) {
+        let now = self.run.position();
+        let at = at
+            .filter(|&a| a < now || self.result.is_some())
+            .map(|a| a.min(now));
+        (at, self.moment(at, max))
+    }
 }
 
 /// `m` with at most `max` segments per map.
@@ -513,6 +525,24 @@ mod tests {
         let end = c.moment(None, 8);
         assert_eq!(end, want(trace.events.len()));
         assert_eq!(c.moment(Some(trace.events.len()), 8), end);
+    }
+
+    #[test]
+    fn a_scrub_past_the_events_taken_follows_or_stops_at_the_last() {
+        let trace = sample("gpt_train");
+        let mut c = Compare::new(trace.clone(), SimDevice::PAGE, 1e9).unwrap();
+        c.advance(3000);
+        let now = c.moment(None, 8);
+        assert_eq!(
+            c.scrub(Some(2000), 8),
+            (Some(2000), c.moment(Some(2000), 8))
+        );
+        // Running: an event not taken yet follows the replay.
+        assert_eq!(c.scrub(Some(trace.events.len()), 8), (None, now.clone()));
+        assert_eq!(c.scrub(None, 8), (None, now.clone()));
+        // Stopped: a click at the chart's end stays at the last event taken.
+        c.stop();
+        assert_eq!(c.scrub(Some(trace.events.len()), 8), (Some(3000), now));
     }
 
     #[test]

@@ -72,6 +72,26 @@ pub fn parse_speed(s: &str) -> Result<f64, String> {
     }
 }
 
+/// The most MiB a budget, cache limit or preallocation may be: 2^53 bytes
+/// (8 PiB, beyond any device; every byte count up to it exact in an `f64`).
+const MAX_MIB: f64 = (1u64 << 33) as f64;
+
+/// A number of MiB typed in a settings field: `None` when empty, or a
+/// message saying what it must be.
+pub fn parse_mib(s: &str) -> Result<Option<u64>, String> {
+    let s = s.trim();
+    if s.is_empty() {
+        return Ok(None);
+    }
+    let v: f64 = s
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number of MiB"))?;
+    if !(0.0..=MAX_MIB).contains(&v) {
+        return Err(format!("`{s}` must be from 0 to {MAX_MIB} MiB"));
+    }
+    Ok(Some((v * (1 << 20) as f64) as u64))
+}
+
 /// The most rows an uploaded trace may hold: 17 times the largest of the
 /// corpus (234 k), at 32 bytes an event well within a tab's memory, where a
 /// few MB of gzip can unpack to GBs of rows.
@@ -118,6 +138,10 @@ pub struct Model {
     recording: Recording,
     /// Counters at the last sample, to log what the device did in between.
     last_counters: Counters,
+    /// The growth and the cache limit the pool was given (kept by a
+    /// replay's new pool and by a new budget).
+    growth: Growth,
+    cache_limit: Option<u64>,
     /// Seed for "free random".
     rng: u64,
 }
@@ -155,6 +179,8 @@ impl Model {
             lost: None,
             recording: Recording::new(),
             last_counters: Counters::default(),
+            growth: Growth::OnDemand,
+            cache_limit: None,
             rng: 0x9e37_79b9_7f4a_7c15,
         }
     }
@@ -175,6 +201,11 @@ impl Model {
     /// What hands out the blocks (to allocate without holding the model).
     pub fn backing(&self) -> Rc<dyn Backing> {
         self.backing.clone()
+    }
+
+    /// Whether `backing` is still the model's (no new pool replaced it).
+    pub fn uses(&self, backing: &Rc<dyn Backing>) -> bool {
+        Rc::ptr_eq(&self.backing, backing)
     }
 
     /// Whether the blocks come from a WebGPU device (not the simulated one).
@@ -213,11 +244,6 @@ impl Model {
         }
         let s = self.stats();
         let (now, was) = (s.counters, self.last_counters);
-        if now.device_allocs < was.device_allocs || now.allocs < was.allocs {
-            // A new pool: start counting afresh.
-            self.last_counters = Counters::default();
-        }
-        let was = self.last_counters;
         if now.device_allocs > was.device_allocs {
             self.say(format!(
                 "pool created {} segment(s); {} reserved",
@@ -303,7 +329,14 @@ impl Model {
         cache_limit: Option<u64>,
     ) -> Result<(), Error> {
         self.backing
-            .set_limits(budget.map(Limit::Bytes), cache_limit)
+            .set_limits(budget.map(Limit::Bytes), cache_limit)?;
+        self.cache_limit = cache_limit;
+        Ok(())
+    }
+
+    /// Sets the hard limit, keeping the cache limit.
+    pub fn set_budget(&mut self, budget: Option<u64>) -> Result<(), Error> {
+        self.set_limits(budget, self.cache_limit)
     }
 
     /// Drops every block and the pool, and starts a new one with `growth`.
@@ -327,6 +360,9 @@ impl Model {
         self.replay = None;
         self.collect_recording();
         self.backing = backing;
+        (self.growth, self.cache_limit) = (growth, cache_limit);
+        // The new pool's counters start at zero.
+        self.last_counters = Counters::default();
         self.recording.next_pool();
         if !self.recording.is_full() {
             self.backing.start_recording();
@@ -398,7 +434,18 @@ pub async fn allocate_held(
     for _ in 0..n {
         match backing.allocate(size, usage).await {
             Ok(block) => {
-                if model.with_model(|m| m.hold(block)).is_none() {
+                // A new pool came while the device answered (the settings,
+                // a replay): the old pool's block is not the new one's to hold.
+                let kept = model.with_model(|m| {
+                    let ours = m.uses(&backing);
+                    if ours {
+                        m.hold(block);
+                    } else {
+                        backing.free(block);
+                    }
+                    ours
+                });
+                if kept != Some(true) {
                     break;
                 }
                 held += 1;
@@ -459,6 +506,19 @@ mod tests {
     }
 
     #[test]
+    fn mib_are_read_up_to_2_pow_53_bytes_or_refused() {
+        assert_eq!(parse_mib(" "), Ok(None));
+        assert_eq!(parse_mib("1.5"), Ok(Some(3 << 19)));
+        assert_eq!(parse_mib("8589934592"), Ok(Some(1 << 53)));
+        // 1e14 MiB once saturated to u64::MAX, the budget of a frozen chart.
+        for bad in ["1e14", "8589934593", "-1", "inf", "NaN"] {
+            let e = parse_mib(bad).unwrap_err();
+            assert!(e.contains("from 0 to 8589934592 MiB"), "{bad}: {e}");
+        }
+        assert!(parse_mib("abc").unwrap_err().contains("not a number"));
+    }
+
+    #[test]
     fn settings_the_pool_refuses_keep_the_blocks_and_the_replay() {
         let trace = first_sample();
         let model = RefCell::new(Model::simulated("test"));
@@ -511,6 +571,7 @@ mod tests {
         let mut e = simulated_pool(SIM_CAPACITY, Config::default()).unwrap();
         let want = vrampool::replay(&mut e, &trace, 0);
         assert_eq!(got.ops as usize, trace.events.len());
+        assert!(got.done && got.peak_live == trace.peak_live);
         assert_eq!(got.peak_reserved, want.peak_reserved);
         assert_eq!(got.device_allocs, want.device_allocs);
         assert_eq!(got.cache_hits, want.cache_hits);
@@ -584,6 +645,149 @@ mod tests {
         m.sample(0.3);
         assert_eq!(m.log.back().unwrap(), "1 out-of-memory error(s) reported");
         assert_eq!(m.points.len(), 4);
+    }
+
+    #[test]
+    fn the_log_after_a_reset_counts_the_new_pool_alone() {
+        let mut m = Model::simulated("test");
+        let b = alloc(&m, 1 << 20, Usage::Storage).unwrap();
+        m.hold(b);
+        m.sample(0.0);
+        m.reset(Growth::OnDemand, None, None).unwrap();
+        for usage in [Usage::Storage, Usage::Uniform] {
+            let b = alloc(&m, 1 << 20, usage).unwrap();
+            m.hold(b);
+        }
+        m.sample(0.1);
+        let said = m.log.back().unwrap();
+        assert!(said.starts_with("pool created 2 segment(s)"), "{said}");
+    }
+
+    /// A model that a new pool replaces before its `at`-th use, as the
+    /// settings or a replay may while an allocation awaits the device.
+    struct RenewedAt(RefCell<Model>, std::cell::Cell<u32>, u32);
+
+    impl ModelCell for RenewedAt {
+        fn with_model<R>(&self, f: impl FnOnce(&mut Model) -> R) -> Option<R> {
+            self.1.set(self.1.get() + 1);
+            if self.1.get() == self.2 {
+                self.0
+                    .borrow_mut()
+                    .reset(Growth::OnDemand, None, None)
+                    .unwrap();
+            }
+            Some(f(&mut self.0.borrow_mut()))
+        }
+    }
+
+    #[test]
+    fn a_block_of_a_replaced_pool_is_not_held_by_the_new_one() {
+        // Uses: 1 takes the pool, 2 holds the first block; a new pool, then
+        // the second block (the old pool's) comes back.
+        let cell = RenewedAt(
+            RefCell::new(Model::simulated("test")),
+            Default::default(),
+            3,
+        );
+        let (held, refused) = now(allocate_held(&cell, 4, 1 << 20, Usage::Storage));
+        assert_eq!(held, 1);
+        assert!(refused.is_none(), "{refused:?}");
+        let m = cell.0.into_inner();
+        assert!(
+            m.held.is_empty(),
+            "{} blocks of the old pool held",
+            m.held.len()
+        );
+        assert_eq!(m.stats().total.allocated_bytes.current, 0);
+    }
+
+    #[test]
+    fn the_pytorch_twin_replays_under_the_pages_budget() {
+        let trace = first_sample();
+        let twin_of = |limit: Option<u64>| {
+            let config = Config {
+                limit: limit.map(Limit::Bytes),
+                ..Config::pytorch()
+            };
+            let mut e = SimDevice::PAGE.engine(config).unwrap();
+            vrampool::replay(&mut e, &trace, TENSOR_USAGE)
+        };
+        let unlimited = twin_of(None).peak_reserved;
+        assert!(unlimited > trace.peak_live);
+        let limit = trace.peak_live + (unlimited - trace.peak_live) / 2;
+        let model = RefCell::new(Model::simulated("test"));
+        model.borrow_mut().set_limits(Some(limit), None).unwrap();
+        let id = model.borrow_mut().start_replay(trace.clone(), 1e9).unwrap();
+        while now(advance_replay(&model, id, 5000)) {}
+        let twin = model.into_inner().replay_result.unwrap().twin.unwrap();
+        let want = twin_of(Some(limit));
+        assert!(
+            twin.peak_reserved <= limit,
+            "{} > {limit}",
+            twin.peak_reserved
+        );
+        assert_eq!(
+            (
+                twin.peak_reserved,
+                twin.device_allocs,
+                twin.cache_hits,
+                twin.ooms
+            ),
+            (
+                want.peak_reserved,
+                want.device_allocs,
+                want.cache_hits,
+                want.ooms
+            )
+        );
+    }
+
+    #[test]
+    fn a_replay_keeps_the_growth_and_the_cache_limit() {
+        let mut m = Model::simulated("test");
+        m.reset(Growth::Preallocate(64 << 20), None, Some(0))
+            .unwrap();
+        m.start_replay(first_sample(), 1e9).unwrap();
+        assert!(
+            m.snapshot().segments.iter().any(|s| s.pinned),
+            "preallocated"
+        );
+        // A cache limit of 0: a segment of its own goes back with its block.
+        let reserved = m.stats().total.reserved_bytes.current;
+        let b = alloc(&m, 100 << 20, Usage::Storage).unwrap();
+        m.backing().free(b);
+        assert_eq!(m.stats().total.reserved_bytes.current, reserved);
+        // So does a new budget ("induce OOM").
+        m.set_budget(Some(1 << 30)).unwrap();
+        let b = alloc(&m, 100 << 20, Usage::Storage).unwrap();
+        m.backing().free(b);
+        assert_eq!(m.stats().total.reserved_bytes.current, reserved);
+    }
+
+    #[test]
+    fn a_stopped_replay_says_so_over_the_live_bytes_it_reached() {
+        let trace = first_sample();
+        let model = RefCell::new(Model::simulated("test"));
+        let id = model.borrow_mut().start_replay(trace.clone(), 1e9).unwrap();
+        assert!(now(advance_replay(&model, id, 200)));
+        let mut m = model.into_inner();
+        m.finish_replay();
+        let (mut live, mut peak) = (0u64, 0u64);
+        for e in &trace.events[..200] {
+            match e.action {
+                vrampool::trace::Action::Allocate => live += e.size,
+                vrampool::trace::Action::Free => live -= e.size,
+            }
+            peak = peak.max(live);
+        }
+        assert!(peak < trace.peak_live);
+        let r = m.replay_result.unwrap();
+        assert_eq!((r.ops, r.done, r.peak_live), (200, false, peak));
+        let said = m.log.back().unwrap();
+        assert!(
+            said.starts_with(&format!("replay {} stopped", trace.name)),
+            "{said}"
+        );
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use vrampool::trace::{Replayer, Step};
-use vrampool::{Config, Counters, Error, Growth, Trace, fmt_bytes, replay};
+use vrampool::{Config, Counters, Error, Limit, Trace, fmt_bytes, replay};
 
 use super::{Backing, Block, Model, ModelCell, Pace, SIM_CAPACITY, SimDevice, TENSOR_USAGE, Usage};
 
@@ -28,6 +28,10 @@ pub struct Replay {
     pace: Pace,
     /// Counters when it started (the report is the difference).
     start: Counters,
+    /// The budget it started under (its PyTorch twin's too).
+    limit: Option<u64>,
+    /// Highest live bytes of the events taken.
+    peak_live: u64,
     /// Wall clock at the start.
     wall: web_time::Instant,
 }
@@ -44,7 +48,9 @@ impl Replay {
 pub struct ReplayResult {
     /// Trace events replayed.
     pub ops: u64,
-    /// Peak live bytes of the trace.
+    /// Every event was replayed (not stopped).
+    pub done: bool,
+    /// Peak live bytes of the events replayed.
     pub peak_live: u64,
     /// Peak reserved bytes.
     pub peak_reserved: u64,
@@ -57,8 +63,21 @@ pub struct ReplayResult {
     /// Wall-clock milliseconds from start to end.
     pub millis: u64,
     /// The PyTorch preset on a simulated device with the same largest
-    /// buffer, over the same trace (only when every event was replayed).
+    /// buffer and budget, over the same trace (only when every event was
+    /// replayed).
     pub twin: Option<TwinResult>,
+}
+
+impl ReplayResult {
+    /// "done", or "stopped" before the last event.
+    pub fn word(&self) -> &'static str {
+        if self.done { "done" } else { "stopped" }
+    }
+    /// `bytes` ÷ the peak live bytes of the events replayed (none stopped
+    /// before any: read as 1 byte, not a division by zero).
+    pub fn ratio(&self, bytes: u64) -> f64 {
+        bytes as f64 / self.peak_live.max(1) as f64
+    }
 }
 
 /// What the PyTorch preset makes of a replayed trace.
@@ -75,14 +94,18 @@ pub struct TwinResult {
 }
 
 impl TwinResult {
-    /// `trace` replayed by `Config::pytorch()` on a simulated device of the
-    /// page's size whose largest buffer is `max_buffer`.
-    pub fn of(trace: &Trace, max_buffer: u64) -> Option<TwinResult> {
+    /// `trace` replayed by `Config::pytorch()` under `limit` on a simulated
+    /// device of the page's size whose largest buffer is `max_buffer`.
+    pub fn of(trace: &Trace, max_buffer: u64, limit: Option<u64>) -> Option<TwinResult> {
         let device = SimDevice {
             capacity: SIM_CAPACITY,
             max_buffer,
         };
-        let mut engine = device.engine(Config::pytorch()).ok()?;
+        let config = Config {
+            limit: limit.map(Limit::Bytes),
+            ..Config::pytorch()
+        };
+        let mut engine = device.engine(config).ok()?;
         let r = replay(&mut engine, trace, TENSOR_USAGE);
         Some(TwinResult {
             peak_reserved: r.peak_reserved,
@@ -104,9 +127,9 @@ enum Next {
 }
 
 impl Model {
-    /// Starts replaying `trace` on a fresh pool (so the figures can be checked
-    /// against the harness's replay of the same trace). Returns the replay's
-    /// id, for [`advance_replay`].
+    /// Starts replaying `trace` on a fresh pool with the page's settings (so
+    /// the figures can be checked against the harness's replay of the same
+    /// trace). Returns the replay's id, for [`advance_replay`].
     pub fn start_replay(&mut self, trace: Trace, speed: f64) -> Result<u64, Error> {
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         if trace.largest > self.max_buffer {
@@ -116,7 +139,7 @@ impl Model {
             });
         }
         let limit = self.stats().limit;
-        self.reset(Growth::OnDemand, limit, None)?;
+        self.reset(self.growth, limit, self.cache_limit)?;
         self.backing.reset_peak_stats();
         self.say(format!(
             "replay {}: {} events, peak live {}",
@@ -130,6 +153,8 @@ impl Model {
             replayer: Replayer::owned(trace),
             pace: Pace::new(speed),
             start: self.stats().counters,
+            limit,
+            peak_live: 0,
             wall: web_time::Instant::now(),
         });
         self.replay_result = None;
@@ -154,34 +179,35 @@ impl Model {
         }
         let s = self.stats();
         let trace = r.replayer.trace();
+        let done = r.replayer.is_done();
         let res = ReplayResult {
             ops: r.replayer.position() as u64,
-            peak_live: trace.peak_live,
+            done,
+            peak_live: r.peak_live,
             peak_reserved: s.total.reserved_bytes.peak,
             device_allocs: s.counters.device_allocs - r.start.device_allocs,
             cache_hits: s.counters.cache_hits - r.start.cache_hits,
             ooms: r.replayer.counts().ooms,
             millis: r.wall.elapsed().as_millis() as u64,
-            twin: r
-                .replayer
-                .is_done()
-                .then(|| TwinResult::of(trace, self.max_buffer))
+            twin: done
+                .then(|| TwinResult::of(trace, self.max_buffer, r.limit))
                 .flatten(),
         };
         let twin = res.twin.map_or(String::new(), |t| {
             format!(
                 "; PyTorch's scheme on the same trace: {} ({:.3} ×), {} device allocations",
                 fmt_bytes(t.peak_reserved),
-                t.peak_reserved as f64 / res.peak_live as f64,
+                res.ratio(t.peak_reserved),
                 t.device_allocs
             )
         });
         self.say(format!(
-            "replay {} done in {:.2} s: peak reserved {} ({:.3} × peak live), {} device allocations, {} OOMs{twin}",
+            "replay {} {} in {:.2} s: peak reserved {} ({:.3} × peak live), {} device allocations, {} OOMs{twin}",
             trace.name,
+            res.word(),
             res.millis as f64 / 1000.0,
             fmt_bytes(res.peak_reserved),
-            res.peak_reserved as f64 / res.peak_live as f64,
+            res.ratio(res.peak_reserved),
             res.device_allocs,
             res.ooms
         ));
@@ -195,7 +221,9 @@ impl Model {
         let Some(r) = self.replay.as_mut().filter(|r| r.id == id) else {
             return Next::Over;
         };
-        match r.replayer.next_step() {
+        let step = r.replayer.next_step();
+        r.peak_live = r.peak_live.max(r.replayer.live_bytes());
+        match step {
             None => {
                 self.finish_replay();
                 Next::Over
