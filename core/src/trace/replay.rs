@@ -619,10 +619,17 @@ pub fn smallest_budget<E>(
     peak_live: u64,
     mut replay: impl FnMut(u64) -> Result<(bool, u64), E>,
 ) -> Result<Option<(f64, u64)>, E> {
-    // k thousandths of peak live, rounded up to a byte.
+    // k thousandths of peak live, rounded up to a byte: whole thousandths
+    // of peak live times k (saturating), and the rest's share rounded up
+    // (below 4 000 000, so exact). No 128-bit division: the page carries
+    // this code, and one costs its wasm a kilobyte.
     let mut attempt = |k: u64| {
-        let limit = (u128::from(peak_live) * u128::from(k)).div_ceil(1000);
-        replay(u64::try_from(limit).unwrap_or(u64::MAX))
+        let (whole, rest) = (peak_live / 1000, peak_live % 1000);
+        replay(
+            whole
+                .saturating_mul(k)
+                .saturating_add((rest * k).div_ceil(1000)),
+        )
     };
     let (mut lo, mut hi) = (1000u64, 4000u64);
     let (fits, mut allocs) = attempt(hi)?;
