@@ -610,7 +610,7 @@ fn the_checked_helper_names_both_blocks_the_buffer_and_the_fix() {
         ])
         .unwrap_err()
         .to_string();
-    assert!(e.contains("one copy") && e.contains("temporary"), "{e}");
+    assert!(e.contains("one copy") && e.contains("Pool::copy_block_to_block"), "{e}");
     // Blocks with buffers of their own never conflict with each other.
     let own1 = pool.alloc(AllocDesc::storage(256)).unwrap();
     let own2 = pool.alloc(AllocDesc::storage(256)).unwrap();
@@ -927,5 +927,118 @@ fn a_render_pass_draws_from_pool_vertices_indices_and_per_draw_uniforms_every_fr
             // (PyTorch's model) hands the first uniform's bytes to the second.
             _ => assert!(checked.is_err(), "the check caught no overwritten uniform"),
         }
+    }
+}
+
+/// Records `f` into an encoder inside a validation scope and submits it
+/// through the pool; returns wgpu's validation error, if any.
+fn copy_scope(pool: &Pool, f: impl FnOnce(&mut wgpu::CommandEncoder)) -> Option<String> {
+    let scope = pool
+        .device()
+        .push_error_scope(wgpu::ErrorFilter::Validation);
+    let mut enc = pool.device().create_command_encoder(&Default::default());
+    f(&mut enc);
+    pool.submit([enc.finish()]);
+    pollster::block_on(scope.pop()).map(|e| e.to_string())
+}
+
+#[test]
+fn a_copy_between_two_blocks_of_one_buffer_goes_through_a_block_of_its_own() {
+    // A tensor library copies one tensor into another (clone, concat, a KV
+    // cache's append); packed into one buffer, the two are one buffer to
+    // wgpu, which refuses that copy.
+    use vrampool::Reuse::{AfterSubmit, Immediate};
+    // With no front cache, a block dropped under `Reuse::Immediate` serves
+    // the next request of its size at once: the copy's must not be dropped
+    // before the submit.
+    for (reuse, front_cache) in [(AfterSubmit, true), (Immediate, true), (Immediate, false)] {
+        let (device, queue, _) = device();
+        let pool = Pool::new(
+            device,
+            queue,
+            PoolOptions {
+                reuse,
+                front_cache,
+                ..PoolOptions::default()
+            },
+        )
+        .unwrap();
+        let n = 1024u64;
+        let a = pool.alloc(AllocDesc::storage(n).read_write()).unwrap();
+        let b = pool.alloc(AllocDesc::storage(n).read_write()).unwrap();
+        assert_eq!(a.buffer(), b.buffer(), "packed");
+        let data: Vec<u32> = (0..n as u32 / 4).map(|i| 0xC0DE_0000 | i).collect();
+        pool.queue()
+            .write_buffer(a.buffer(), a.offset(), &bytes(&data));
+        // Negative control: wgpu's own copy between them.
+        let plain = copy_scope(&pool, |enc| {
+            enc.copy_buffer_to_buffer(a.buffer(), a.offset(), b.buffer(), b.offset(), n)
+        });
+        assert!(
+            plain.as_deref().is_some_and(|e| e.contains("same buffer")),
+            "{plain:?}"
+        );
+        let mut next = None;
+        let err = copy_scope(&pool, |enc| {
+            pool.copy_block_to_block(enc, &a, 0, &b, 0, n).unwrap();
+            // Before the submit, a request the copy's block would serve if
+            // the pool had let it go: its owner's bytes, written ahead of
+            // the copy, would be the copy's at the submit.
+            let block = pool
+                .alloc(AllocDesc::new(n, U::COPY_SRC | U::COPY_DST))
+                .unwrap();
+            pool.queue()
+                .write_buffer(block.buffer(), block.offset(), &vec![0xEE; n as usize]);
+            next = Some(block);
+        });
+        assert_eq!(err, None, "{reuse:?}");
+        assert_eq!(words(&read_back(&pool, &b)), data, "{reuse:?}");
+        let next = next.unwrap();
+        assert_eq!(read_back(&pool, &next), vec![0xEE; n as usize], "{reuse:?}");
+        drop(next);
+        // Overlapping ranges of one block copy as memmove.
+        let err = copy_scope(&pool, |enc| {
+            pool.copy_block_to_block(enc, &a, 0, &a, 256, 512).unwrap();
+        });
+        assert_eq!(err, None);
+        let got = words(&read_back(&pool, &a));
+        assert_eq!(got[64..192], data[..128], "{reuse:?}");
+        assert_eq!(got[..64], data[..64]);
+        // The same through `alloc_async` (the browser's way).
+        let err = copy_scope(&pool, |enc| {
+            pollster::block_on(pool.copy_block_to_block_async(enc, &b, 0, &a, 512, 512)).unwrap();
+        });
+        assert_eq!(err, None);
+        assert_eq!(
+            words(&read_back(&pool, &a))[128..],
+            data[..128],
+            "{reuse:?}"
+        );
+        // Blocks of two buffers: one plain copy, no block of the pool's.
+        let own = pool.alloc(AllocDesc::storage(n)).unwrap();
+        let allocs = pool.stats().counters.allocs;
+        let err = copy_scope(&pool, |enc| {
+            pool.copy_block_to_block(enc, &b, 0, &own, 0, n).unwrap();
+        });
+        assert_eq!((err, pool.stats().counters.allocs), (None, allocs));
+        assert_eq!(words(&read_back(&pool, &own)), data);
+        // Ranges past a block, or off wgpu's 4-byte copy alignment.
+        let mut enc = pool.device().create_command_encoder(&Default::default());
+        for (src_at, dst_at, size, says) in [
+            (0, 4, n, "runs past its 1024 bytes"),
+            (2, 0, 8, "multiples of 4"),
+            (0, 0, 6, "multiples of 4"),
+            (u64::MAX, 0, 4, "runs past"),
+        ] {
+            let e = pool
+                .copy_block_to_block(&mut enc, &a, src_at, &b, dst_at, size)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(says), "{e}");
+        }
+        drop((a, b, own));
+        pool.submit([]);
+        pool.check_invariants().unwrap();
+        assert_eq!(pool.stats().total.allocated_bytes.current, 0, "{reuse:?}");
     }
 }

@@ -53,7 +53,10 @@ pub(crate) const GROUP_READ_ONLY: u8 = 1;
 
 /// How passes bind a block: the one word that lets the pool pack blocks into
 /// shared buffers without making wgpu see one buffer used two conflicting
-/// ways in a pass. The default, [`Access::Any`], cannot fail validation.
+/// ways in a pass. The default, [`Access::Any`], cannot fail a pass's
+/// validation. (A copy between two blocks packed into one buffer fails
+/// whatever their access, since WebGPU refuses a copy within one buffer:
+/// [`Pool::copy_block_to_block`](crate::Pool::copy_block_to_block) makes it.)
 ///
 /// ```
 /// use vrampool::{Access, AllocDesc, Sharing};

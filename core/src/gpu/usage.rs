@@ -7,8 +7,8 @@
 
 use crate::error::{Error, Result, UsageConflict};
 
-use super::desc::Sharing;
-use super::handle::BufferBlock;
+use super::desc::{AllocDesc, Sharing};
+use super::handle::{BufferBlock, PoolBuffer};
 use super::pool::Pool;
 
 /// How one pass or copy uses a block.
@@ -160,8 +160,8 @@ impl Pool {
             "read-write and read-only at once".to_string()
         };
         let fix = if copy {
-            "Copy through a temporary block, or allocate one of the two with Access::Any \
-             (a buffer of its own)"
+            "Copy with Pool::copy_block_to_block, which goes through a block of its own, or \
+             allocate one of the two with Access::Any (a buffer of its own)"
                 .to_string()
         } else if same_block {
             "A buffer cannot be read and written by one pass; split the pass in two, or copy \
@@ -263,5 +263,172 @@ impl Pool {
             layout,
             entries: &entries,
         }))
+    }
+
+    /// Records a copy of `size` bytes from `src` at `src_offset` to `dst` at
+    /// `dst_offset` (offsets within the blocks) into `encoder`, as
+    /// `copy_buffer_to_buffer` would; also between two blocks of one shared
+    /// buffer, which WebGPU refuses as one copy ("Source and destination
+    /// cannot be the same buffer"): those go through a block of its own,
+    /// which the pool keeps until it learns of a submit ([`Pool::submit`],
+    /// [`Pool::submitted`]), under either [`Reuse`](crate::Reuse). Overlapping
+    /// ranges of one block copy as `memmove` does. Offsets and size are
+    /// multiples of 4 (`wgpu::COPY_BUFFER_ALIGNMENT`) inside the blocks, or
+    /// an error says which is not. In the browser, where nothing may block,
+    /// [`Pool::copy_block_to_block_async`].
+    ///
+    /// ```
+    /// # let (device, queue) = vrampool::example_device()?;
+    /// use vrampool::{AllocDesc, Pool, PoolOptions};
+    /// let pool = Pool::new(device, queue, PoolOptions::default())?;
+    /// // Two tensors packed into one buffer: a plain copy between them is
+    /// // a validation error.
+    /// let a = pool.alloc(AllocDesc::storage(1024).read_write())?;
+    /// let b = pool.alloc(AllocDesc::storage(1024).read_write())?;
+    /// assert_eq!(a.buffer(), b.buffer());
+    /// let mut encoder = pool.device().create_command_encoder(&Default::default());
+    /// pool.copy_block_to_block(&mut encoder, &a, 0, &b, 0, 1024)?;
+    /// pool.submit([encoder.finish()]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn copy_block_to_block(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        src: &BufferBlock,
+        src_offset: u64,
+        dst: &BufferBlock,
+        dst_offset: u64,
+        size: u64,
+    ) -> Result<()> {
+        match Copy::new(src, src_offset, dst, dst_offset, size)? {
+            Copy::Direct(c) => c.record(encoder, None),
+            Copy::Bounced(c) => {
+                let bounce = self.alloc(c.bounce())?;
+                self.record_bounced(encoder, c, bounce);
+            }
+        }
+        Ok(())
+    }
+
+    /// [`Pool::copy_block_to_block`], its block of its own allocated with
+    /// [`Pool::alloc_async`]: for the browser, or an async runtime.
+    pub async fn copy_block_to_block_async(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        src: &BufferBlock,
+        src_offset: u64,
+        dst: &BufferBlock,
+        dst_offset: u64,
+        size: u64,
+    ) -> Result<()> {
+        match Copy::new(src, src_offset, dst, dst_offset, size)? {
+            Copy::Direct(c) => c.record(encoder, None),
+            Copy::Bounced(c) => {
+                let bounce = self.alloc_async(c.bounce()).await?;
+                self.record_bounced(encoder, c, bounce);
+            }
+        }
+        Ok(())
+    }
+
+    /// Records `c` through `bounce`, kept until the pool learns of a submit.
+    fn record_bounced(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        c: Ranges<'_>,
+        bounce: PoolBuffer,
+    ) {
+        c.record(encoder, Some(&bounce));
+        self.hold_until_submit(bounce);
+    }
+}
+
+/// A checked copy between two blocks: within one buffer it needs a block of
+/// its own between them.
+enum Copy<'a> {
+    Direct(Ranges<'a>),
+    Bounced(Ranges<'a>),
+}
+
+/// The buffers and offsets of a copy.
+#[derive(Clone, Copy)]
+struct Ranges<'a> {
+    src: &'a wgpu::Buffer,
+    from: u64,
+    dst: &'a wgpu::Buffer,
+    to: u64,
+    size: u64,
+}
+
+impl<'a> Copy<'a> {
+    fn new(
+        src: &'a BufferBlock,
+        src_offset: u64,
+        dst: &'a BufferBlock,
+        dst_offset: u64,
+        size: u64,
+    ) -> Result<Copy<'a>> {
+        for (what, block, offset) in [
+            ("source", src, src_offset),
+            ("destination", dst, dst_offset),
+        ] {
+            let name = block.label().unwrap_or("(unlabelled)");
+            if offset
+                .checked_add(size)
+                .is_none_or(|end| end > block.size())
+            {
+                return Err(Error::Config(format!(
+                    "a copy of {size} bytes at offset {offset} of the {what} block {name} runs \
+                     past its {} bytes",
+                    block.size()
+                )));
+            }
+            if !(offset | size).is_multiple_of(wgpu::COPY_BUFFER_ALIGNMENT) {
+                return Err(Error::Config(format!(
+                    "a copy of {size} bytes at offset {offset} of the {what} block {name}: \
+                     offsets and sizes of copies are multiples of {}",
+                    wgpu::COPY_BUFFER_ALIGNMENT
+                )));
+            }
+        }
+        let c = Ranges {
+            src: src.buffer(),
+            from: src.offset() + src_offset,
+            dst: dst.buffer(),
+            to: dst.offset() + dst_offset,
+            size,
+        };
+        // A copy of 0 bytes records nothing, and needs no block.
+        Ok(if src.buffer() == dst.buffer() && size > 0 {
+            Copy::Bounced(c)
+        } else {
+            Copy::Direct(c)
+        })
+    }
+}
+
+impl Ranges<'_> {
+    /// The block of its own a copy within one buffer goes through.
+    fn bounce(&self) -> AllocDesc<'static> {
+        let usage = wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
+        AllocDesc::new(self.size, usage).label("vrampool copy")
+    }
+
+    /// Records the copy, through `bounce` when given.
+    fn record(&self, encoder: &mut wgpu::CommandEncoder, bounce: Option<&BufferBlock>) {
+        if self.size == 0 {
+            return;
+        }
+        match bounce {
+            None => {
+                encoder.copy_buffer_to_buffer(self.src, self.from, self.dst, self.to, self.size)
+            }
+            Some(b) => {
+                let at = b.offset();
+                encoder.copy_buffer_to_buffer(self.src, self.from, b.buffer(), at, self.size);
+                encoder.copy_buffer_to_buffer(b.buffer(), at, self.dst, self.to, self.size);
+            }
+        }
     }
 }
