@@ -610,7 +610,10 @@ fn the_checked_helper_names_both_blocks_the_buffer_and_the_fix() {
         ])
         .unwrap_err()
         .to_string();
-    assert!(e.contains("one copy") && e.contains("Pool::copy_block_to_block"), "{e}");
+    assert!(
+        e.contains("one copy") && e.contains("Pool::copy_block_to_block"),
+        "{e}"
+    );
     // Blocks with buffers of their own never conflict with each other.
     let own1 = pool.alloc(AllocDesc::storage(256)).unwrap();
     let own2 = pool.alloc(AllocDesc::storage(256)).unwrap();
@@ -634,6 +637,71 @@ fn storage_entry(binding: u32, read_only: bool) -> wgpu::BindGroupLayoutEntry {
         },
         count: None,
     }
+}
+
+#[test]
+fn a_bind_group_entry_past_the_devices_binding_size_is_an_error_naming_it() {
+    // A uniform block larger than the device binds: wgpu's create_bind_group
+    // raises a validation error (the uncaptured-error handler panics); the
+    // helper says which entry and which limit.
+    let pool = pool();
+    let most = pool.device().limits().max_uniform_buffer_binding_size;
+    let big = pool
+        .alloc(AllocDesc::uniform(most + 256).label("params"))
+        .unwrap();
+    let layout = pool
+        .device()
+        .create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+            label: None,
+            entries: &[wgpu::BindGroupLayoutEntry {
+                binding: 0,
+                visibility: wgpu::ShaderStages::COMPUTE,
+                ty: wgpu::BindingType::Buffer {
+                    ty: wgpu::BufferBindingType::Uniform,
+                    has_dynamic_offset: false,
+                    min_binding_size: None,
+                },
+                count: None,
+            }],
+        });
+    let e = pool
+        .create_bind_group(
+            None,
+            &layout,
+            &[(0, BlockUse::new(&big, BindingUse::Uniform))],
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("entry 0: 'params'") && e.contains("max_uniform_buffer_binding_size"),
+        "{e}"
+    );
+    // Negative control: wgpu refuses the same entry.
+    let scope = pool
+        .device()
+        .push_error_scope(wgpu::ErrorFilter::Validation);
+    let _ = pool.device().create_bind_group(&wgpu::BindGroupDescriptor {
+        label: None,
+        layout: &layout,
+        entries: &[wgpu::BindGroupEntry {
+            binding: 0,
+            resource: big.binding(),
+        }],
+    });
+    assert!(pollster::block_on(scope.pop()).is_some());
+    // One block bound read_write twice: said as such.
+    let rw = pool.alloc(AllocDesc::storage(256).read_write()).unwrap();
+    let e = pool
+        .check_usage_scope(&[
+            BlockUse::new(&rw, BindingUse::StorageReadWrite),
+            BlockUse::new(&rw, BindingUse::StorageReadWrite),
+        ])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("read_write twice") && e.contains("Bind it once"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -154,6 +154,8 @@ impl Pool {
         let copy = a.used.is_copy() && b.used.is_copy();
         let how = if copy {
             "as both the source and the destination".to_string()
+        } else if same_block && a.used == b.used {
+            "read_write twice (overlapping writable bindings)".to_string()
         } else if same_block {
             "both ways at once".to_string()
         } else {
@@ -163,6 +165,8 @@ impl Pool {
             "Copy with Pool::copy_block_to_block, which goes through a block of its own, or \
              allocate one of the two with Access::Any (a buffer of its own)"
                 .to_string()
+        } else if same_block && a.used == b.used {
+            "Bind it once: WebGPU refuses two writable bindings of one range in a pass".to_string()
         } else if same_block {
             "A buffer cannot be read and written by one pass; split the pass in two, or copy \
              the block first"
@@ -248,6 +252,27 @@ impl Pool {
                 "bind group entry {n}: {} is not a binding; bind groups hold uniform and storage buffers",
                 u.name()
             )));
+        }
+        let limits = self.device().limits();
+        for (n, u) in entries {
+            let (most, name) = match u.used {
+                BindingUse::Uniform => (
+                    limits.max_uniform_buffer_binding_size,
+                    "max_uniform_buffer_binding_size",
+                ),
+                _ => (
+                    limits.max_storage_buffer_binding_size,
+                    "max_storage_buffer_binding_size",
+                ),
+            };
+            if u.block.size() > most {
+                return Err(Error::Config(format!(
+                    "bind group entry {n}: {} is {} bytes, and the device binds at most {most} \
+                     ({name}): bind a range of it, or split it",
+                    u.name(),
+                    u.block.size()
+                )));
+            }
         }
         let uses: Vec<BlockUse<'_>> = entries.iter().map(|(_, u)| *u).collect();
         self.check_usage_scope(&uses)?;
