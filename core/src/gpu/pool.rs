@@ -40,7 +40,9 @@ pub struct PoolOptions {
     /// Serve every request of one [`Sharing`](crate::Sharing) from one pool
     /// created with the widest usage that sharing allows ([`GPU_USAGE`], or
     /// [`READ_WRITE_USAGE`](crate::READ_WRITE_USAGE)): fewer segments. Off
-    /// keys pools by the exact usage too.
+    /// keys pools by the exact usage too. Turn it off on a device without
+    /// `DownlevelFlags::UNRESTRICTED_INDEX_BUFFER` or `INDIRECT_EXECUTION`
+    /// (GLES 3.0, WebGL2), where wgpu refuses a buffer with every use.
     pub widen_usage: bool,
     /// When a dropped block may be handed to its next owner.
     pub reuse: Reuse,
