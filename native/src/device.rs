@@ -46,15 +46,22 @@ pub fn pick(selector: Option<&str>) -> Result<(usize, wgpu::Adapter)> {
     if let Some(i) = index.filter(|&i| i < all.len()) {
         return Ok((i, all.into_iter().nth(i).expect("in range")));
     }
-    // A number past the adapters may be part of a name (`--adapter 4090`).
+    // A number past the adapters may be a word of a name (`--adapter 4090`
+    // for "RTX 4090"), never part of one ("1" is not "H100").
     let want = sel.to_lowercase();
     let n = all.len();
+    let matches = |name: &str| match index {
+        Some(_) => name
+            .split(|c: char| !c.is_alphanumeric())
+            .any(|word| word == want),
+        None => name.contains(&want),
+    };
     all.into_iter()
         .enumerate()
-        .find(|(_, a)| a.get_info().name.to_lowercase().contains(&want))
+        .find(|(_, a)| matches(&a.get_info().name.to_lowercase()))
         .with_context(|| match index {
             Some(i) => format!(
-                "--adapter {i}: there are only {n} adapters, and none has {i} in its name ({})",
+                "--adapter {i}: there are only {n} adapters, and no name has the word {i} ({})",
                 names.join(", ")
             ),
             None => format!(

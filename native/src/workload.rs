@@ -180,12 +180,12 @@ pub fn command(a: &WorkloadArgs, c: &Common) -> Result<ExitCode> {
     }
     let target = Target::open(c, 141 << 30, 4 << 30)?;
     // What one tensor may take: the GPU's limits, or the simulated H200's
-    // largest buffer.
+    // under Vulkan (4 GiB buffers; wgpu-hal binds at most 2^31 - 1 bytes).
     let limits = match &target {
         Target::Gpu { device, .. } => device.limits(),
         Target::Simulated { max_buffer, .. } => wgpu::Limits {
             max_buffer_size: *max_buffer,
-            max_storage_buffer_binding_size: *max_buffer,
+            max_storage_buffer_binding_size: (1 << 31) - 1,
             ..wgpu::Limits::default()
         },
     };

@@ -999,15 +999,19 @@ fn a_render_pass_draws_from_pool_vertices_indices_and_per_draw_uniforms_every_fr
 }
 
 /// Records `f` into an encoder inside a validation scope and submits it
-/// through the pool; returns wgpu's validation error, if any.
-fn copy_scope(pool: &Pool, f: impl FnOnce(&mut wgpu::CommandEncoder)) -> Option<String> {
+/// through the pool; returns wgpu's validation error, if any, and what `f`
+/// returned (kept past the submit).
+fn copy_scope<T>(
+    pool: &Pool,
+    f: impl FnOnce(&mut wgpu::CommandEncoder) -> T,
+) -> (Option<String>, T) {
     let scope = pool
         .device()
         .push_error_scope(wgpu::ErrorFilter::Validation);
     let mut enc = pool.device().create_command_encoder(&Default::default());
-    f(&mut enc);
+    let kept = f(&mut enc);
     pool.submit([enc.finish()]);
-    pollster::block_on(scope.pop()).map(|e| e.to_string())
+    (pollster::block_on(scope.pop()).map(|e| e.to_string()), kept)
 }
 
 #[test]
@@ -1039,42 +1043,54 @@ fn a_copy_between_two_blocks_of_one_buffer_goes_through_a_block_of_its_own() {
         pool.queue()
             .write_buffer(a.buffer(), a.offset(), &bytes(&data));
         // Negative control: wgpu's own copy between them.
-        let plain = copy_scope(&pool, |enc| {
+        let (plain, ()) = copy_scope(&pool, |enc| {
             enc.copy_buffer_to_buffer(a.buffer(), a.offset(), b.buffer(), b.offset(), n)
         });
         assert!(
             plain.as_deref().is_some_and(|e| e.contains("same buffer")),
             "{plain:?}"
         );
-        let mut next = None;
-        let err = copy_scope(&pool, |enc| {
-            pool.copy_block_to_block(enc, &a, 0, &b, 0, n).unwrap();
-            // Before the submit, a request the copy's block would serve if
-            // the pool had let it go: its owner's bytes, written ahead of
-            // the copy, would be the copy's at the submit.
-            let block = pool
-                .alloc(AllocDesc::new(n, U::COPY_SRC | U::COPY_DST))
-                .unwrap();
+        // The copy's block is the encoder's: kept past the submit. Before
+        // the submit, a request it would serve if let go gets written ahead
+        // of the copy; that owner's bytes must stay its own.
+        let next_request = AllocDesc::new(n, U::COPY_SRC | U::COPY_DST);
+        let (err, (through, next)) = copy_scope(&pool, |enc| {
+            let through = pool.copy_block_to_block(enc, &a, 0, &b, 0, n).unwrap();
+            let next = pool.alloc(next_request).unwrap();
             pool.queue()
-                .write_buffer(block.buffer(), block.offset(), &vec![0xEE; n as usize]);
-            next = Some(block);
+                .write_buffer(next.buffer(), next.offset(), &vec![0xEE; n as usize]);
+            (through, next)
         });
+        assert!(through.is_some());
         assert_eq!(err, None, "{reuse:?}");
         assert_eq!(words(&read_back(&pool, &b)), data, "{reuse:?}");
-        let next = next.unwrap();
         assert_eq!(read_back(&pool, &next), vec![0xEE; n as usize], "{reuse:?}");
-        drop(next);
+        drop((through, next));
+        if reuse == Immediate && !front_cache {
+            // Negative control: under Reuse::Immediate, the copy's block
+            // dropped before the submit serves the next request, whose
+            // bytes the copy then overwrites.
+            let (_, next) = copy_scope(&pool, |enc| {
+                drop(pool.copy_block_to_block(enc, &b, 0, &a, 0, n).unwrap());
+                let next = pool.alloc(next_request).unwrap();
+                pool.queue()
+                    .write_buffer(next.buffer(), next.offset(), &vec![0xEE; n as usize]);
+                next
+            });
+            assert_eq!(words(&read_back(&pool, &next)), data);
+        }
         // Overlapping ranges of one block copy as memmove.
-        let err = copy_scope(&pool, |enc| {
-            pool.copy_block_to_block(enc, &a, 0, &a, 256, 512).unwrap();
+        let (err, moved) = copy_scope(&pool, |enc| {
+            pool.copy_block_to_block(enc, &a, 0, &a, 256, 512).unwrap()
         });
         assert_eq!(err, None);
         let got = words(&read_back(&pool, &a));
         assert_eq!(got[64..192], data[..128], "{reuse:?}");
         assert_eq!(got[..64], data[..64]);
+        drop(moved);
         // The same through `alloc_async` (the browser's way).
-        let err = copy_scope(&pool, |enc| {
-            pollster::block_on(pool.copy_block_to_block_async(enc, &b, 0, &a, 512, 512)).unwrap();
+        let (err, copied) = copy_scope(&pool, |enc| {
+            pollster::block_on(pool.copy_block_to_block_async(enc, &b, 0, &a, 512, 512)).unwrap()
         });
         assert_eq!(err, None);
         assert_eq!(
@@ -1082,12 +1098,14 @@ fn a_copy_between_two_blocks_of_one_buffer_goes_through_a_block_of_its_own() {
             data[..128],
             "{reuse:?}"
         );
+        drop(copied);
         // Blocks of two buffers: one plain copy, no block of the pool's.
         let own = pool.alloc(AllocDesc::storage(n)).unwrap();
         let allocs = pool.stats().counters.allocs;
-        let err = copy_scope(&pool, |enc| {
-            pool.copy_block_to_block(enc, &b, 0, &own, 0, n).unwrap();
+        let (err, through) = copy_scope(&pool, |enc| {
+            pool.copy_block_to_block(enc, &b, 0, &own, 0, n).unwrap()
         });
+        assert!(through.is_none());
         assert_eq!((err, pool.stats().counters.allocs), (None, allocs));
         assert_eq!(words(&read_back(&pool, &own)), data);
         // Ranges past a block, or off wgpu's 4-byte copy alignment.

@@ -163,9 +163,14 @@ impl MlpConfig {
             return Ok(());
         };
         let fits = self.largest_batch(limits);
+        let limit = match t.role {
+            Role::Uniform => "max_uniform_buffer_binding_size, max_buffer_size",
+            Role::Readback => "max_buffer_size",
+            _ => "max_storage_buffer_binding_size, max_buffer_size",
+        };
         Err(Error::Config(format!(
             "tensor `{}` of batch {} with {} hidden units takes {} bytes, above the {} bytes the \
-             device allows for it (max_storage_buffer_binding_size, max_buffer_size): {}",
+             device allows for it ({limit}): {}",
             t.label,
             self.batch,
             self.hidden,

@@ -126,10 +126,6 @@ pub(super) struct Inner {
     recording: AtomicBool,
     /// The engine follows a plan (`Pool::follow`): the front cache is closed.
     following: AtomicBool,
-    /// Blocks the pool's own commands use until the caller submits them
-    /// (`Pool::copy_block_to_block`'s), dropped once the pool learns of a
-    /// submit.
-    held_until_submit: Mutex<Vec<PoolBuffer>>,
     /// A cache limit is set: the front cache is closed, since a parked
     /// block is live to the engine and its segment past the limit's reach.
     cache_limited: AtomicBool,
@@ -453,7 +449,6 @@ impl Pool {
                 recording: AtomicBool::new(false),
                 following: AtomicBool::new(false),
                 cache_limited: AtomicBool::new(cache_limited),
-                held_until_submit: Mutex::default(),
                 engine_deferred: AtomicBool::new(false),
                 submit_lock: Mutex::new(()),
                 submitting: AtomicBool::new(false),
@@ -921,7 +916,6 @@ impl Pool {
             index
         };
         self.learned_of_submit();
-        self.drop_held_until_submit();
         index
     }
 
@@ -968,24 +962,6 @@ impl Pool {
             || self.inner.submit_order_if_safe(),
         );
         self.learned_of_submit();
-        self.drop_held_until_submit();
-    }
-
-    /// Keeps `block` until the pool learns of a submit: the pool's own
-    /// commands in the caller's encoder use it.
-    pub(super) fn hold_until_submit(&self, block: PoolBuffer) {
-        (self.inner.held_until_submit.lock())
-            .unwrap_or_else(|e| e.into_inner())
-            .push(block);
-    }
-
-    /// Drops the blocks kept for the submit just learned of (outside the
-    /// mutex: a drop may take the engine's lock).
-    fn drop_held_until_submit(&self) {
-        let held = std::mem::take(
-            &mut *(self.inner.held_until_submit.lock()).unwrap_or_else(|e| e.into_inner()),
-        );
-        drop(held);
     }
 
     fn learned_of_submit(&self) {

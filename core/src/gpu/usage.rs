@@ -295,12 +295,17 @@ impl Pool {
     /// `copy_buffer_to_buffer` would; also between two blocks of one shared
     /// buffer, which WebGPU refuses as one copy ("Source and destination
     /// cannot be the same buffer"): those go through a block of its own,
-    /// which the pool keeps until it learns of a submit ([`Pool::submit`],
-    /// [`Pool::submitted`]), under either [`Reuse`](crate::Reuse). Overlapping
-    /// ranges of one block copy as `memmove` does. Offsets and size are
-    /// multiples of 4 (`wgpu::COPY_BUFFER_ALIGNMENT`) inside the blocks, or
-    /// an error says which is not. In the browser, where nothing may block,
-    /// [`Pool::copy_block_to_block_async`].
+    /// returned. It is a temporary of `encoder` like any other: drop it by
+    /// the rule your encoders' blocks follow (with [`Reuse::AfterSubmit`],
+    /// the default, at once if `encoder` goes in the next submit the pool
+    /// learns of; with [`Reuse::Immediate`], once `encoder` is submitted).
+    /// Overlapping ranges of one block copy as `memmove` does. Offsets and
+    /// size are multiples of 4 (`wgpu::COPY_BUFFER_ALIGNMENT`) inside the
+    /// blocks, or an error says which is not. In the browser, where nothing
+    /// may block, [`Pool::copy_block_to_block_async`].
+    ///
+    /// [`Reuse::AfterSubmit`]: crate::Reuse::AfterSubmit
+    /// [`Reuse::Immediate`]: crate::Reuse::Immediate
     ///
     /// ```
     /// # let (device, queue) = vrampool::example_device()?;
@@ -312,11 +317,14 @@ impl Pool {
     /// let b = pool.alloc(AllocDesc::storage(1024).read_write())?;
     /// assert_eq!(a.buffer(), b.buffer());
     /// let mut encoder = pool.device().create_command_encoder(&Default::default());
-    /// pool.copy_block_to_block(&mut encoder, &a, 0, &b, 0, 1024)?;
+    /// let through = pool.copy_block_to_block(&mut encoder, &a, 0, &b, 0, 1024)?;
+    /// assert!(through.is_some());
     /// pool.submit([encoder.finish()]);
+    /// drop(through);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     #[cfg(not(target_arch = "wasm32"))]
+    #[must_use = "the block a copy within one buffer goes through is the encoder's: keep it until the encoder is submitted"]
     pub fn copy_block_to_block(
         &self,
         encoder: &mut wgpu::CommandEncoder,
@@ -325,19 +333,16 @@ impl Pool {
         dst: &BufferBlock,
         dst_offset: u64,
         size: u64,
-    ) -> Result<()> {
-        match Copy::new(src, src_offset, dst, dst_offset, size)? {
+    ) -> Result<Option<PoolBuffer>> {
+        Ok(match Copy::new(src, src_offset, dst, dst_offset, size)? {
             Copy::Direct(c) => c.record(encoder, None),
-            Copy::Bounced(c) => {
-                let bounce = self.alloc(c.bounce())?;
-                self.record_bounced(encoder, c, bounce);
-            }
-        }
-        Ok(())
+            Copy::Bounced(c) => c.record(encoder, Some(self.alloc(c.bounce())?)),
+        })
     }
 
     /// [`Pool::copy_block_to_block`], its block of its own allocated with
     /// [`Pool::alloc_async`]: for the browser, or an async runtime.
+    #[must_use = "the block a copy within one buffer goes through is the encoder's: keep it until the encoder is submitted"]
     pub async fn copy_block_to_block_async(
         &self,
         encoder: &mut wgpu::CommandEncoder,
@@ -346,26 +351,11 @@ impl Pool {
         dst: &BufferBlock,
         dst_offset: u64,
         size: u64,
-    ) -> Result<()> {
-        match Copy::new(src, src_offset, dst, dst_offset, size)? {
+    ) -> Result<Option<PoolBuffer>> {
+        Ok(match Copy::new(src, src_offset, dst, dst_offset, size)? {
             Copy::Direct(c) => c.record(encoder, None),
-            Copy::Bounced(c) => {
-                let bounce = self.alloc_async(c.bounce()).await?;
-                self.record_bounced(encoder, c, bounce);
-            }
-        }
-        Ok(())
-    }
-
-    /// Records `c` through `bounce`, kept until the pool learns of a submit.
-    fn record_bounced(
-        &self,
-        encoder: &mut wgpu::CommandEncoder,
-        c: Ranges<'_>,
-        bounce: PoolBuffer,
-    ) {
-        c.record(encoder, Some(&bounce));
-        self.hold_until_submit(bounce);
+            Copy::Bounced(c) => c.record(encoder, Some(self.alloc_async(c.bounce()).await?)),
+        })
     }
 }
 
@@ -440,12 +430,14 @@ impl Ranges<'_> {
         AllocDesc::new(self.size, usage).label("vrampool copy")
     }
 
-    /// Records the copy, through `bounce` when given.
-    fn record(&self, encoder: &mut wgpu::CommandEncoder, bounce: Option<&BufferBlock>) {
-        if self.size == 0 {
-            return;
-        }
-        match bounce {
+    /// Records the copy, through `bounce` when given; returns `bounce`.
+    fn record(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        bounce: Option<PoolBuffer>,
+    ) -> Option<PoolBuffer> {
+        match &bounce {
+            _ if self.size == 0 => {}
             None => {
                 encoder.copy_buffer_to_buffer(self.src, self.from, self.dst, self.to, self.size)
             }
@@ -455,5 +447,6 @@ impl Ranges<'_> {
                 encoder.copy_buffer_to_buffer(b.buffer(), at, self.dst, self.to, self.size);
             }
         }
+        bounce
     }
 }

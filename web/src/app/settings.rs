@@ -6,7 +6,7 @@ use leptos::prelude::*;
 use vrampool::{Growth, fmt_bytes};
 
 use super::allocate::{AllocForm, allocate};
-use super::page::Page;
+use super::page::{Page, REPLAYING, replaying};
 use crate::model::{ModelCell, parse_mib};
 
 const MIB: u64 = 1 << 20;
@@ -60,6 +60,10 @@ pub fn SettingsPanel() -> impl IntoView {
         });
     };
     let induce_oom = move |_| {
+        // Not under a replay: its figures would be the budget's.
+        if replaying(page) {
+            return page.fail(REPLAYING);
+        }
         // A budget just above what is live: setting it gives the cache back,
         // the next requests fill it, and the first one past it is refused
         // with an out-of-memory (the cache it could not use kept).
