@@ -334,10 +334,12 @@ impl Pool {
         dst_offset: u64,
         size: u64,
     ) -> Result<Option<PoolBuffer>> {
-        Ok(match Copy::new(src, src_offset, dst, dst_offset, size)? {
-            Copy::Direct(c) => c.record(encoder, None),
-            Copy::Bounced(c) => c.record(encoder, Some(self.alloc(c.bounce())?)),
-        })
+        let c = Ranges::new(src, src_offset, dst, dst_offset, size)?;
+        let bounce = match c.bounce() {
+            Some(desc) => Some(self.alloc(desc)?),
+            None => None,
+        };
+        Ok(c.record(encoder, bounce))
     }
 
     /// [`Pool::copy_block_to_block`], its block of its own allocated with
@@ -352,22 +354,16 @@ impl Pool {
         dst_offset: u64,
         size: u64,
     ) -> Result<Option<PoolBuffer>> {
-        Ok(match Copy::new(src, src_offset, dst, dst_offset, size)? {
-            Copy::Direct(c) => c.record(encoder, None),
-            Copy::Bounced(c) => c.record(encoder, Some(self.alloc_async(c.bounce()).await?)),
-        })
+        let c = Ranges::new(src, src_offset, dst, dst_offset, size)?;
+        let bounce = match c.bounce() {
+            Some(desc) => Some(self.alloc_async(desc).await?),
+            None => None,
+        };
+        Ok(c.record(encoder, bounce))
     }
 }
 
-/// A checked copy between two blocks: within one buffer it needs a block of
-/// its own between them.
-enum Copy<'a> {
-    Direct(Ranges<'a>),
-    Bounced(Ranges<'a>),
-}
-
-/// The buffers and offsets of a copy.
-#[derive(Clone, Copy)]
+/// The buffers and offsets of a copy between two blocks, checked.
 struct Ranges<'a> {
     src: &'a wgpu::Buffer,
     from: u64,
@@ -376,14 +372,14 @@ struct Ranges<'a> {
     size: u64,
 }
 
-impl<'a> Copy<'a> {
+impl<'a> Ranges<'a> {
     fn new(
         src: &'a BufferBlock,
         src_offset: u64,
         dst: &'a BufferBlock,
         dst_offset: u64,
         size: u64,
-    ) -> Result<Copy<'a>> {
+    ) -> Result<Ranges<'a>> {
         for (what, block, offset) in [
             ("source", src, src_offset),
             ("destination", dst, dst_offset),
@@ -407,27 +403,21 @@ impl<'a> Copy<'a> {
                 )));
             }
         }
-        let c = Ranges {
+        Ok(Ranges {
             src: src.buffer(),
             from: src.offset() + src_offset,
             dst: dst.buffer(),
             to: dst.offset() + dst_offset,
             size,
-        };
-        // A copy of 0 bytes records nothing, and needs no block.
-        Ok(if src.buffer() == dst.buffer() && size > 0 {
-            Copy::Bounced(c)
-        } else {
-            Copy::Direct(c)
         })
     }
-}
 
-impl Ranges<'_> {
-    /// The block of its own a copy within one buffer goes through.
-    fn bounce(&self) -> AllocDesc<'static> {
+    /// The block of its own a copy within one buffer goes through, if this
+    /// copy needs one (a copy of 0 bytes records nothing, and needs none).
+    fn bounce(&self) -> Option<AllocDesc<'static>> {
         let usage = wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
-        AllocDesc::new(self.size, usage).label("vrampool copy")
+        (self.src == self.dst && self.size > 0)
+            .then(|| AllocDesc::new(self.size, usage).label("vrampool copy"))
     }
 
     /// Records the copy, through `bounce` when given; returns `bounce`.
