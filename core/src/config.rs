@@ -77,6 +77,12 @@ pub enum Growth {
     OnDemand,
     /// Reserve this many bytes in one segment of the default pool at start
     /// (JAX's preallocation). The segment is pinned: trims and `empty_cache()` keep it.
+    /// A buffer's usage is fixed when it is made, so it serves the requests
+    /// of [`Config::default_usage`] that may share a buffer first (through
+    /// `Pool`, blocks allocated `.read_write()`); other usages, and exclusive
+    /// requests, get segments of their own. The soft headroom's target is
+    /// never below the preallocation, so those are not released to make room
+    /// for it.
     Preallocate(u64),
 }
 
@@ -303,8 +309,11 @@ pub struct Config {
     pub limit_kind: LimitKind,
     /// Device capacity for [`Limit::Fraction`], overriding the backend's.
     pub capacity: Option<u64>,
-    /// Free bytes in fully-free segments above this are released after each free
-    /// (MLX's `set_cache_limit`; 0 turns caching off).
+    /// Free bytes in segments that hold no live block (the pinned
+    /// preallocation excepted) above this are released after each free,
+    /// least recently used segment first (MLX's `set_cache_limit`; 0 gives
+    /// back every such segment). Free space beside live blocks is not
+    /// counted: no release can reach it.
     pub cache_limit: Option<u64>,
     /// Growth on demand or preallocation.
     pub growth: Growth,
@@ -542,6 +551,14 @@ impl Config {
         }
         if let Some(h) = self.headroom {
             non_negative("headroom", h)?;
+        }
+        if let Some(m) = self.max_segment_size
+            && m < self.alignment
+        {
+            return Err(format!(
+                "max_segment_size must be at least the alignment ({} B), got {m}: no segment could hold a block",
+                self.alignment
+            ));
         }
         non_negative("churn_limit", self.churn_limit)?;
         non_negative("max_headroom_credit", self.max_headroom_credit)?;

@@ -56,7 +56,7 @@ pub enum Error {
     /// whole cache, released, would make room (the cache is then kept).
     #[error(
         "out of memory: tried to allocate {req}; {alloc} allocated, {res} reserved ({cached} cached, {kept}{pending}), limit {limit}{who}. \
-         Drop live buffers you no longer need, {empty}raise the limit, or use smaller batches",
+         Drop live buffers you no longer need, {advice}",
         req = fmt_bytes(.0.requested),
         alloc = fmt_bytes(.0.allocated),
         res = fmt_bytes(.0.reserved),
@@ -67,14 +67,23 @@ pub enum Error {
         limit = .0.limit.map(fmt_bytes).unwrap_or_else(|| "none".into()),
         who = if .0.device_refused { "; the device refused the segment" } else { "" },
         kept = if .0.device_refused { "not releasable" } else { "kept: releasing it would not make room" },
-        empty = if .0.device_refused { "call empty_cache(), " } else { "" }
+        advice = if .0.device_refused {
+            "call empty_cache() (here, and in other pools on the same device), or use smaller batches: \
+             the device itself has no room, so a higher limit would not help"
+        } else {
+            "raise the limit, or use smaller batches"
+        }
     )]
     OutOfMemory(OomInfo),
 
-    /// A single request is larger than one device buffer can be.
+    /// A single request (rounded up to the alignment) is larger than the
+    /// largest segment the pool may create: the device's `max_buffer_size`,
+    /// or [`Config::max_segment_size`](crate::Config::max_segment_size)
+    /// where that is lower.
     #[error(
-        "cannot allocate {req}: larger than the device's max_buffer_size of {max}. \
-         Split the tensor, or request a device with a higher max_buffer_size limit",
+        "cannot allocate {req}: larger than the largest segment this pool may create, {max} \
+         (the device's max_buffer_size, or Config::max_segment_size where that is lower). \
+         Split the tensor, raise max_segment_size, or request a device with a higher max_buffer_size limit",
         req = fmt_bytes(*.requested),
         max = fmt_bytes(*.max_buffer_size)
     )]
@@ -105,6 +114,12 @@ pub enum Error {
     /// The configuration makes no sense (e.g. a fraction limit without a capacity).
     #[error("invalid configuration: {0}")]
     Config(String),
+
+    /// A call's arguments cannot be used as given: a copy that runs past a
+    /// block or is not aligned, a bind group entry that is no binding or is
+    /// larger than the device binds. The message names the argument.
+    #[error("{0}")]
+    InvalidArgument(String),
 
     /// Blocks used together in one pass (or one copy) are ranges of one
     /// buffer used in ways WebGPU does not allow within one usage scope.

@@ -23,9 +23,9 @@ pub struct SnapshotBlock {
     pub offset: u64,
     /// Size in bytes.
     pub size: u64,
-    /// Bytes asked for (0 for free blocks).
+    /// Bytes asked for (0 for free and pending blocks).
     pub requested: u64,
-    /// Live or free.
+    /// Live, free, or pending (dropped, awaiting a submit).
     pub state: SnapshotState,
     /// The allocation's label.
     pub label: Option<String>,
@@ -153,7 +153,8 @@ pub fn leak_report(leaks: &[Leak]) -> Option<String> {
     if leaks.is_empty() {
         return None;
     }
-    let bytes: u64 = leaks.iter().map(|l| l.size).sum();
+    // Saturating: a hand-made Leak may say any size.
+    let bytes = leaks.iter().fold(0u64, |sum, l| sum.saturating_add(l.size));
     let names: Vec<String> = leaks
         .iter()
         .take(16)

@@ -95,7 +95,8 @@ pub struct Counters {
     pub cache_misses: u64,
     /// Device buffers created.
     pub device_allocs: u64,
-    /// Device buffers destroyed.
+    /// Device buffers given back: destroyed, or abandoned (dropped while
+    /// blocks in them were pending, see `segments_abandoned`).
     pub device_frees: u64,
     /// Allocations that had to release cached memory and try again.
     pub alloc_retries: u64,
@@ -177,10 +178,14 @@ pub struct Stats {
     /// The largest free block: the biggest request that can be served without
     /// a device call.
     pub largest_free_block: u64,
-    /// Cached bytes in segments with no live block: what `empty_cache()` would release now.
+    /// Reserved bytes of the segments that hold no live block (their free and
+    /// pending blocks; the pinned preallocation and a followed plan's
+    /// segments excepted): what `empty_cache()` gives back now, with a
+    /// followed plan's empty segments besides (it gives the plan up first).
     pub releasable_bytes: u64,
     /// Cached bytes in segments that also hold live blocks: free but not
-    /// releasable (PyTorch's `inactive_split_bytes`), the cost of fragmentation.
+    /// releasable (PyTorch's `inactive_split_bytes`), the cost of
+    /// fragmentation. A pinned segment with no live block counts in neither.
     pub inactive_split_bytes: u64,
     /// The hard limit in force.
     pub limit: Option<u64>,

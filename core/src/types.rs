@@ -33,8 +33,8 @@ pub struct Request {
     /// [`Engine::locate`](crate::Engine::locate) say where it went. A caller
     /// whose recorded, unsubmitted commands use the block's place pins it
     /// with [`Engine::set_relocatable`](crate::Engine::set_relocatable) until
-    /// they are submitted. `false` by default: the wgpu binding's blocks never
-    /// move.
+    /// they are submitted. `false` by default: the wgpu binding's blocks move
+    /// only when allocated with `Pool::alloc_movable`.
     pub relocatable: bool,
     /// The block must hold bytes no owner held before: a new segment serves
     /// it (wgpu zeroes a new buffer), or a cached block never handed out; a

@@ -14,7 +14,7 @@ use proptest::prelude::*;
 use vrampool::fault::{Fault, Faults, Faulty, stats_after_refusal};
 use vrampool::{
     Backend, BlockId, Config, DeviceError, Engine, Error, Growth, Limit, Planned, Request,
-    SimulatedDevice, SnapshotState, Stats,
+    SegmentPlan, SimulatedDevice, SnapshotState, Stats,
 };
 
 type Device = Faulty<SimulatedDevice>;
@@ -322,9 +322,19 @@ proptest! {
                 Op::SetCacheLimit(c) => {
                     engine.set_cache_limit(c);
                     if let Some(c) = c {
-                        // Trimmed: cached bytes within the limit, or nothing left to release.
-                        let s = engine.stats();
-                        prop_assert!(s.total.cached_bytes.current <= c || s.releasable_bytes == 0);
+                        // Trimmed: the free bytes of segments a release could give
+                        // back (no live block, not pinned) are within the limit;
+                        // free space beside live blocks is not the cache's to trim.
+                        let idle: u64 = engine
+                            .snapshot()
+                            .segments
+                            .iter()
+                            .filter(|seg| !seg.pinned && !seg.blocks.iter().any(|b| b.state == SnapshotState::Live))
+                            .flat_map(|seg| seg.blocks.iter())
+                            .filter(|b| b.state == SnapshotState::Free)
+                            .map(|b| b.size)
+                            .sum();
+                        prop_assert!(idle <= c, "{} idle bytes above a cache limit of {}", idle, c);
                     }
                 }
                 Op::Refuse(n, fault) => faults.refuse(n, fault),
@@ -490,7 +500,8 @@ fn too_large_and_zero_are_clear_errors() {
     .unwrap();
     let err = e.allocate(Request::new(300 << 20, 0)).unwrap_err();
     assert!(
-        err.to_string().contains("max_buffer_size of 256.00 MiB"),
+        err.to_string()
+            .contains("may create, 256.00 MiB (the device's max_buffer_size"),
         "{err}"
     );
     assert!(matches!(
@@ -548,6 +559,95 @@ fn cache_limit_and_preallocation() {
             .contains("cannot preallocate 256.00 MiB: the limit is 128.00 MiB"),
         "{err}"
     );
+}
+
+#[test]
+fn a_preallocation_is_neither_fragmentation_nor_a_reason_to_churn() {
+    // A 256 MiB preallocation serves its own pool; requests of two other
+    // usages get segments of their own, and the soft headroom must not
+    // count the pinned segment against them (before: every miss released
+    // every other cached segment first, 21 device allocations here).
+    let config = Config {
+        growth: vrampool::Growth::Preallocate(256 << 20),
+        ..Config::default()
+    };
+    let mut e = Engine::new(SimulatedDevice::new(1 << 30), config).unwrap();
+    let s = e.stats();
+    assert_eq!(s.inactive_split_bytes, 0, "nothing live beside it");
+    assert_eq!(s.releasable_bytes, 0, "pinned");
+    for _ in 0..10 {
+        for usage in [1, 2] {
+            let a = e.allocate(Request::new(4096, usage)).unwrap();
+            e.free(a.id).unwrap();
+        }
+    }
+    assert_eq!(
+        e.stats().counters.device_allocs,
+        3,
+        "{:?}",
+        e.stats().counters
+    );
+    e.check_invariants().unwrap();
+}
+
+#[test]
+fn a_preallocation_is_rounded_before_it_is_held_to_the_largest_segment() {
+    // 2^31 - 1 (GL's max_buffer_size) rounds up past the device's buffer:
+    // refused as too large, not passed to the device.
+    let r = Engine::new(
+        SimulatedDevice::with_max_buffer_size(1 << 40, (1 << 31) - 1),
+        Config {
+            growth: vrampool::Growth::Preallocate((1 << 31) - 1),
+            ..Config::default()
+        },
+    );
+    assert!(matches!(r, Err(Error::TooLarge { .. })), "{:?}", r.err());
+    // A cap below the alignment holds no block: refused up front.
+    let err = Config {
+        max_segment_size: Some(0),
+        ..Config::default()
+    }
+    .validate()
+    .unwrap_err();
+    assert!(err.contains("max_segment_size"), "{err}");
+}
+
+#[test]
+fn a_loss_seen_by_a_preallocation_fails_every_later_request() {
+    let faults = Faults::new();
+    let device = Faulty::new(SimulatedDevice::new(1 << 30), faults.clone());
+    let mut e = Engine::new(device, Config::default()).unwrap();
+    let a = e.allocate(Request::new(4096, 0)).unwrap();
+    e.free(a.id).unwrap();
+    faults.refuse(1, Fault::Lost);
+    assert!(matches!(e.preallocate(1 << 20), Err(Error::DeviceLost(_))));
+    // The cached block is a dead device's: not handed out.
+    assert!(matches!(
+        e.allocate(Request::new(4096, 0)),
+        Err(Error::DeviceLost(_))
+    ));
+}
+
+#[test]
+fn a_device_refusal_does_not_advise_raising_a_limit() {
+    let faults = Faults::new();
+    let device = Faulty::new(SimulatedDevice::new(1 << 30), faults.clone());
+    let mut e = Engine::new(device, Config::default()).unwrap();
+    let oomed = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = oomed.clone();
+    e.add_oom_observer(Box::new(move |_| {
+        seen.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }));
+    faults.refuse_from(1, Fault::OutOfMemory);
+    let err = e.allocate(Request::new(64 << 20, 0)).unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains("the device refused"), "{msg}");
+    assert!(!msg.contains("raise the limit"), "{msg}");
+    // A preallocation the device refuses is an out-of-memory like any other.
+    let err = e.preallocate(64 << 20).unwrap_err();
+    assert!(matches!(err, Error::OutOfMemory(_)), "{err}");
+    assert_eq!(oomed.load(std::sync::atomic::Ordering::Relaxed), 2);
+    assert_eq!(e.stats().counters.ooms, 2);
 }
 
 #[test]
@@ -822,7 +922,7 @@ fn lowering_the_limit_under_a_plan_in_flight_releases_cache_for_it_too() {
     let segment = SimulatedDevice::new(1 << 30)
         .create_segment(&plan.desc())
         .unwrap();
-    let a = e.commit(plan, segment);
+    let a = e.commit(plan, segment).unwrap();
     assert_eq!(a.size, 64 * mib);
     assert_eq!(e.stats().total.reserved_bytes.current, 64 * mib);
     e.check_invariants().unwrap();
@@ -905,4 +1005,61 @@ fn a_retired_blocks_segment_is_abandoned_under_a_cache_limit_too() {
     assert_eq!(e.retire(staging.id).unwrap(), 4096);
     let c = e.stats().counters;
     assert_eq!((c.segments_abandoned, c.device_frees), (1, 1));
+}
+
+#[test]
+fn a_pool_past_the_engines_pool_count_is_an_error_not_another_pools_segments() {
+    // Segments name their pool in 16 bits: the 65 537th distinct usage would
+    // have wrapped to pool 0 and been served from its segments.
+    let mut e = Engine::new(SimulatedDevice::new(1 << 40), Config::default()).unwrap();
+    let a = e.allocate(Request::new(256, 0)).unwrap();
+    e.free(a.id).unwrap();
+    for u in 1..(1u32 << 16) {
+        e.name_pool(u, false, 0, "x");
+    }
+    let err = e.allocate(Request::new(256, 1 << 16)).unwrap_err();
+    assert!(matches!(err, Error::InvalidUsage { .. }), "{err}");
+    assert!(err.to_string().contains("65536 pools"), "{err}");
+    // The pools there are still served.
+    assert!(e.allocate(Request::new(256, 0)).is_ok());
+    e.check_invariants().unwrap();
+}
+
+#[test]
+fn a_leak_report_of_any_sizes_is_a_line_not_a_panic() {
+    let big = vrampool::Leak {
+        size: u64::MAX,
+        pool: "p".into(),
+        label: None,
+    };
+    let line = vrampool::leak_report(&[big.clone(), big]).unwrap();
+    assert!(line.contains("2 live blocks"), "{line}");
+}
+
+#[test]
+fn a_plan_handed_to_another_engine_is_refused_there() {
+    let mut a = Engine::new(SimulatedDevice::new(1 << 30), Config::default()).unwrap();
+    let mut b = Engine::new(SimulatedDevice::new(1 << 30), Config::default()).unwrap();
+    let mut plan = || -> SegmentPlan {
+        let Planned::Create(p) = a.plan(Request::new(4096, 0)).unwrap() else {
+            unreachable!("nothing is cached")
+        };
+        p
+    };
+    let p = plan();
+    // Before: "attempt to subtract with overflow" in b's bytes in flight.
+    b.cancel(p);
+    let p = plan();
+    let segment = SimulatedDevice::new(1 << 30)
+        .create_segment(&p.desc())
+        .unwrap();
+    let err = b.commit(p, segment).unwrap_err();
+    assert!(
+        err.to_string().contains("another engine") || err.to_string().contains("other than"),
+        "{err}"
+    );
+    let p = plan();
+    assert!(b.refused(p, DeviceError::OutOfMemory).is_err());
+    assert_eq!(b.stats().total.reserved_bytes.current, 0);
+    b.check_invariants().unwrap();
 }

@@ -45,6 +45,35 @@ fn the_cache_limit_keeps_the_segment_a_loop_reuses() {
 }
 
 #[test]
+fn the_cache_limit_counts_only_segments_without_a_live_block() {
+    // 64 MiB free beside a live 4 KiB block is cached but no release can
+    // reach it: an 8 MiB cache limit must not count it, and so must not
+    // give back (and re-create) a loop's 4 MiB segment on every free.
+    let mut e = engine(Config {
+        headroom: None,
+        ..Config::default()
+    });
+    touch(&mut e, 64 * MIB);
+    let _pin = e.allocate(Request::new(4096, 0)).unwrap();
+    e.set_cache_limit(Some(8 * MIB));
+    for _ in 0..10 {
+        let a = e.allocate(Request::new(4 * MIB, 1)).unwrap();
+        e.free(a.id).unwrap();
+    }
+    let s = e.stats();
+    assert_eq!(s.counters.device_allocs, 2, "{:?}", s.counters);
+    // Above the limit only by the space no release reaches.
+    assert!(s.total.cached_bytes.current > 8 * MIB);
+    assert_eq!(s.releasable_bytes, 4 * MIB);
+    // Under a limit of 0 the idle segment goes, the live one stays.
+    e.set_cache_limit(Some(0));
+    let s = e.stats();
+    assert_eq!(s.releasable_bytes, 0);
+    assert_eq!(s.total.reserved_bytes.current, 64 * MIB);
+    e.check_invariants().unwrap();
+}
+
+#[test]
 fn medium_segments_made_before_a_limit_still_serve_under_it() {
     // Without a limit an 8 MiB tensor after a 1 GiB high water is medium and
     // lands in a shared medium segment; a limit set then must not strand that

@@ -5,7 +5,9 @@
 //! (wgpu's validation, and the bytes read back), on the device the tests run
 //! on (lavapipe, or GL with `VRAMPOOL_TEST_BACKEND=gl`).
 
-use vrampool::{Access, AllocDesc, BindingUse, BlockUse, Config, Pool, PoolBuffer, PoolOptions};
+use vrampool::{
+    Access, AllocDesc, BindingUse, BlockUse, Config, Error, Pool, PoolBuffer, PoolOptions,
+};
 use vrampool_tests::{device, read_back, record_scale_pass};
 use wgpu::BufferUsages as U;
 
@@ -670,8 +672,9 @@ fn a_bind_group_entry_past_the_devices_binding_size_is_an_error_naming_it() {
             &layout,
             &[(0, BlockUse::new(&big, BindingUse::Uniform))],
         )
-        .unwrap_err()
-        .to_string();
+        .unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
+    let e = e.to_string();
     assert!(
         e.contains("entry 0: 'params'") && e.contains("max_uniform_buffer_binding_size"),
         "{e}"
@@ -1118,9 +1121,10 @@ fn a_copy_between_two_blocks_of_one_buffer_goes_through_a_block_of_its_own() {
         ] {
             let e = pool
                 .copy_block_to_block(&mut enc, &a, src_at, &b, dst_at, size)
-                .unwrap_err()
-                .to_string();
-            assert!(e.contains(says), "{e}");
+                .unwrap_err();
+            // A bad argument, not a bad configuration.
+            assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
+            assert!(e.to_string().contains(says), "{e}");
         }
         drop((a, b, own));
         pool.submit([]);

@@ -159,6 +159,13 @@ impl<B: Backend> Engine<B> {
             }
             self.check_plan(plan, align)?;
         }
+        // Every pool the plan names made before any segment is, so a plan
+        // past the pool cap is refused with nothing made.
+        for (key, _) in plans {
+            self.pool_index(key.usage, false, key.group, || {
+                format!("usage {:#x}", key.usage)
+            })?;
+        }
         let planned: u64 = plans.iter().map(|(_, p)| p.reserved()).sum();
         if let Some(limit) = self.limit
             && self.held() + planned > limit
@@ -174,7 +181,7 @@ impl<B: Backend> Engine<B> {
         let mut followed: Vec<Following> = Vec::with_capacity(plans.len());
         for (key, plan) in plans {
             let name = || format!("usage {:#x}", key.usage);
-            let pool = self.pool_index(key.usage, false, key.group, name);
+            let pool = self.pool_index(key.usage, false, key.group, name)?;
             let mut segments = Vec::with_capacity(plan.segments.len());
             for (i, &size) in plan.segments.iter().enumerate() {
                 let label = format!("vrampool planned segment {i}");

@@ -36,14 +36,17 @@ impl<B: Backend> Engine<B> {
             .filter_map(|p| p.free.largest())
             .max()
             .unwrap_or(0);
-        let (releasable_bytes, releasable_pending) = self
-            .segments
-            .iter()
-            .flatten()
-            .filter(|s| s.releasable())
-            .fold((0, 0), |(size, pending), s| {
-                (size + s.size, pending + s.pending)
-            });
+        // Releasable bytes, and the free bytes of every segment with no
+        // live block (pinned ones too): what is cached but not fragmentation.
+        let (releasable_bytes, idle_free) =
+            self.segments
+                .iter()
+                .flatten()
+                .fold((0, 0), |(releasable, idle), s| match s.live {
+                    0 if s.releasable() => (releasable + s.size, idle + s.size - s.pending),
+                    0 => (releasable, idle + s.size - s.pending),
+                    _ => (releasable, idle),
+                });
         Stats {
             total: self.total,
             // A pool that never held a byte (one a refused request named) is not shown.
@@ -60,8 +63,7 @@ impl<B: Backend> Engine<B> {
             counters: self.counters,
             largest_free_block,
             releasable_bytes,
-            inactive_split_bytes: self.total.cached_bytes.current
-                - (releasable_bytes - releasable_pending),
+            inactive_split_bytes: self.total.cached_bytes.current - idle_free,
             limit: self.limit,
         }
     }

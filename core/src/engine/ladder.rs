@@ -11,7 +11,7 @@
 //! retry and OOM counters and the cache it released.
 
 use crate::backend::{Backend, DeviceError, SegmentDesc};
-use crate::error::{Error, OomInfo, Result};
+use crate::error::{Error, Result};
 use crate::types::{Allocation, Request, SegmentClass};
 
 use super::Engine;
@@ -34,6 +34,9 @@ pub enum Planned {
 #[derive(Debug)]
 #[must_use = "commit the created segment, report the refusal, or cancel the plan"]
 pub struct SegmentPlan {
+    /// The engine that made it (its `generation_start`): a plan goes back
+    /// to that engine alone.
+    engine: u32,
     req: Request,
     pool: u16,
     class: SegmentClass,
@@ -84,7 +87,7 @@ impl<B: Backend> Engine<B> {
                 max_buffer_size: self.max_segment,
             })?;
         Ok((
-            self.pool_of(req),
+            self.pool_of(req)?,
             self.class_of(rounded, req.exclusive),
             rounded,
         ))
@@ -134,7 +137,7 @@ impl<B: Backend> Engine<B> {
     /// let mut e = Engine::new(SimulatedDevice::new(1 << 30), Config::default())?;
     /// let Planned::Create(plan) = e.plan(Request::new(4096, 0))? else { unreachable!() };
     /// let segment = SimulatedDevice::new(1 << 30).create_segment(&plan.desc()).unwrap();
-    /// let a = e.commit(plan, segment);
+    /// let a = e.commit(plan, segment)?;
     /// assert_eq!(e.stats().counters.cache_misses, 1);
     /// # let _ = a; Ok::<(), vrampool::Error>(())
     /// ```
@@ -263,6 +266,7 @@ impl<B: Backend> Engine<B> {
         );
         self.in_flight += size;
         Ok(Planned::Create(SegmentPlan {
+            engine: self.generation_start,
             usage: self.pools[pool as usize].usage,
             req,
             pool,
@@ -276,8 +280,10 @@ impl<B: Backend> Engine<B> {
     }
 
     /// Takes in the segment the backend created for `plan` and hands out the
-    /// request's block in it.
-    pub fn commit(&mut self, plan: SegmentPlan, segment: B::Segment) -> Allocation {
+    /// request's block in it. A plan another engine made is an error (the
+    /// segment is dropped with it).
+    pub fn commit(&mut self, plan: SegmentPlan, segment: B::Segment) -> Result<Allocation> {
+        self.check_ours(&plan)?;
         self.in_flight -= plan.size;
         if !self.under_budget() {
             self.note_recreation(Released {
@@ -289,7 +295,21 @@ impl<B: Backend> Engine<B> {
         let index = self.insert_segment(segment, plan.label, plan.pool, plan.class, plan.size);
         self.counters.cache_misses += 1;
         let first = self.segments[index as usize].as_ref().unwrap().first;
-        self.take_block(first, plan.rounded, plan.req)
+        Ok(self.take_block(first, plan.rounded, plan.req))
+    }
+
+    /// Refuses a plan another engine made: its pool, class and bytes in
+    /// flight are that engine's.
+    fn check_ours(&self, plan: &SegmentPlan) -> Result<()> {
+        if plan.engine == self.generation_start {
+            Ok(())
+        } else {
+            Err(Error::Config(
+                "a SegmentPlan was handed to an engine other than the one that planned it: \
+                 commit, refuse or cancel a plan on the engine whose plan() made it"
+                    .into(),
+            ))
+        }
     }
 
     /// The device refused `plan`'s segment: the next plan to try (just the
@@ -298,6 +318,7 @@ impl<B: Backend> Engine<B> {
     /// the pool's state, device lost (every later request fails too), or the
     /// device's own message.
     pub fn refused(&mut self, mut plan: SegmentPlan, refusal: DeviceError) -> Result<SegmentPlan> {
+        self.check_ours(&plan)?;
         match refusal {
             DeviceError::OutOfMemory if plan.size > plan.rounded => {
                 self.in_flight -= plan.size - plan.rounded;
@@ -333,8 +354,12 @@ impl<B: Backend> Engine<B> {
     }
 
     /// Drops a plan the caller will not carry out (its future was cancelled):
-    /// its bytes stop counting against the limits.
+    /// its bytes stop counting against the limits. A plan another engine
+    /// made is dropped with nothing changed here.
     pub fn cancel(&mut self, plan: SegmentPlan) {
+        if self.check_ours(&plan).is_err() {
+            return;
+        }
         self.in_flight -= plan.size;
     }
 
@@ -347,9 +372,14 @@ impl<B: Backend> Engine<B> {
         if self.under_budget() || !self.following.is_empty() {
             return None;
         }
+        // The preallocation is memory the caller asked to hold: the target
+        // is never below it, or a preallocation above the workload's high
+        // water would have the headroom release every other pool's cached
+        // segment before each new one.
         let peak = self
             .high_water
-            .max(self.total.allocated_bytes.current.saturating_add(rounded));
+            .max(self.total.allocated_bytes.current.saturating_add(rounded))
+            .max(self.preallocated);
         Some(
             ((peak as f64 * (1.0 + h)) as u64)
                 .saturating_add(self.headroom_credit)
@@ -380,16 +410,20 @@ impl<B: Backend> Engine<B> {
 
     /// Reserves `bytes` in one pinned segment of the default pool.
     pub fn preallocate(&mut self, bytes: u64) -> Result<()> {
+        if let Some(why) = &self.lost {
+            return Err(Error::DeviceLost(why.clone()));
+        }
         if bytes == 0 {
             return Ok(());
         }
-        if bytes > self.max_segment {
+        // Rounded first, as a request is: the segment made is the rounded size.
+        let size = round_up(bytes, self.config.alignment);
+        if bytes > self.max_segment || size > self.max_segment {
             return Err(Error::TooLarge {
                 requested: bytes,
                 max_buffer_size: self.max_segment,
             });
         }
-        let size = round_up(bytes, self.config.alignment);
         if let Some(limit) = self.limit
             && self.held() + size > limit
         {
@@ -401,10 +435,10 @@ impl<B: Backend> Engine<B> {
             )));
         }
         let usage = self.config.default_usage;
-        let pool = self.pool_index(usage, false, 0, || format!("usage {usage:#x}"));
+        let pool = self.pool_index(usage, false, 0, || format!("usage {usage:#x}"))?;
         let label = "vrampool preallocated segment".to_string();
         self.create_pinned(pool, usage, label, SegmentClass::Preallocated, size)?;
-        self.has_preallocation = true;
+        self.preallocated += size;
         Ok(())
     }
 
@@ -419,26 +453,23 @@ impl<B: Backend> Engine<B> {
         class: SegmentClass,
         size: u64,
     ) -> Result<u32> {
-        let payload = self
-            .backend
-            .create_segment(&SegmentDesc {
-                size,
-                usage,
-                label: &label,
-            })
-            .map_err(|e| match e {
-                DeviceError::OutOfMemory => Error::OutOfMemory(OomInfo {
-                    requested: size,
-                    allocated: self.total.allocated_bytes.current,
-                    reserved: self.total.reserved_bytes.current,
-                    cached: self.total.cached_bytes.current,
-                    pending: self.total.pending_bytes.current,
-                    limit: self.limit,
-                    device_refused: true,
-                }),
-                DeviceError::Lost(w) => Error::DeviceLost(w),
-                DeviceError::Other(m) => Error::Device(m),
-            })?;
+        let made = self.backend.create_segment(&SegmentDesc {
+            size,
+            usage,
+            label: &label,
+        });
+        let payload = match made {
+            Ok(payload) => payload,
+            // Counted and told to the observers as any out-of-memory is.
+            Err(DeviceError::OutOfMemory) => return Err(self.oom(size, true)),
+            Err(DeviceError::Lost(why)) => {
+                // Remembered, as a refused plan's loss is: every later
+                // request fails too, none is served from a dead device's cache.
+                self.lost = Some(why.clone());
+                return Err(Error::DeviceLost(why));
+            }
+            Err(DeviceError::Other(message)) => return Err(Error::Device(message)),
+        };
         let s = self.insert_segment(payload, label, pool, class, size);
         self.segments[s as usize].as_mut().unwrap().pinned = true;
         Ok(s)

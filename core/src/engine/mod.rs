@@ -94,7 +94,8 @@ pub struct Engine<B: Backend> {
     recording: u64,
     observers: Vec<OomObserver>,
     lost: Option<String>,
-    has_preallocation: bool,
+    /// Bytes of the pinned preallocated segments ([`Engine::preallocate`]).
+    preallocated: u64,
     /// Highest allocated bytes since the engine was made: what the headroom
     /// and the split guard scale with. Unlike the stats' peak, resetting peak
     /// stats does not touch it.
@@ -170,7 +171,7 @@ impl<B: Backend> Engine<B> {
             recording: 0,
             observers: Vec::new(),
             lost: None,
-            has_preallocation: false,
+            preallocated: 0,
             high_water: 0,
             allocated_since_reclaim: 0,
             in_flight: 0,
@@ -341,7 +342,7 @@ impl<B: Backend> Engine<B> {
         };
         loop {
             match self.backend.create_segment(&plan.desc()) {
-                Ok(segment) => return Ok(self.commit(plan, segment)),
+                Ok(segment) => return self.commit(plan, segment),
                 Err(refusal) => plan = self.refused(plan, refusal)?,
             }
         }

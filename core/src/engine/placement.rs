@@ -100,7 +100,7 @@ impl<B: Backend> Engine<B> {
     /// the preallocation first, then best fit in the class, then (without a
     /// hard limit, small and medium requests) the space large tensors left.
     pub(super) fn find_cached(&self, pool: u16, class: SegmentClass, rounded: u64) -> Option<u32> {
-        let preallocated = if class != SegmentClass::Exclusive && self.has_preallocation {
+        let preallocated = if class != SegmentClass::Exclusive && self.preallocated > 0 {
             self.find_free(pool, SegmentClass::Preallocated, rounded)
         } else {
             None

@@ -199,17 +199,34 @@ impl<B: Backend> Engine<B> {
         }
     }
 
-    /// Releases what the cache limit says is too much.
+    /// Cached bytes in segments a release could give back (no live block,
+    /// not pinned): what the cache limit counts. Free space beside live
+    /// blocks is not counted: no release can reach it.
+    pub(super) fn idle_cached(&self) -> u64 {
+        self.segments
+            .iter()
+            .flatten()
+            .filter(|s| s.releasable())
+            .map(|s| s.size - s.pending)
+            .sum()
+    }
+
+    /// Releases what the cache limit says is too much: free bytes in
+    /// segments with no live block above the limit.
     pub(super) fn trim_cache(&mut self) {
+        // Idle bytes are at most the cached bytes: below the limit, no walk.
         if let Some(limit) = self.config.cache_limit
             && self.total.cached_bytes.current > limit
         {
-            self.release_measured(
-                self.total.cached_bytes.current - limit,
-                Measure::Cached,
-                ReleaseOrder::LeastRecentlyUsed,
-                false,
-            );
+            let idle = self.idle_cached();
+            if idle > limit {
+                self.release_measured(
+                    idle - limit,
+                    Measure::Cached,
+                    ReleaseOrder::LeastRecentlyUsed,
+                    false,
+                );
+            }
         }
     }
 

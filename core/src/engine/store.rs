@@ -19,6 +19,10 @@ use crate::types::{Allocation, BlockId, Request, SegmentClass, SegmentId};
 use super::Engine;
 use super::free_index::{BY_OFFSET, FreeIndex};
 
+/// The most pools an engine holds (one per distinct usage, exclusivity and
+/// group): segments name theirs in 16 bits.
+pub(super) const MAX_POOLS: usize = 1 << 16;
+
 /// "No block": the end of a segment's list.
 pub(super) const NONE: u32 = u32::MAX;
 
@@ -156,8 +160,9 @@ pub(super) fn log_free(recorder: &mut Option<Recorder>, recording: u64, row: Opt
 pub(super) use crate::round_up;
 
 impl<B: Backend> Engine<B> {
-    /// The pool of `req`'s usage, exclusivity and group, made (and named) on first use.
-    pub(super) fn pool_of(&mut self, req: &Request) -> u16 {
+    /// The pool of `req`'s usage, exclusivity and group, made (and named) on
+    /// first use; an error past [`MAX_POOLS`].
+    pub(super) fn pool_of(&mut self, req: &Request) -> Result<u16> {
         self.pool_index(req.usage, req.exclusive, req.group, || {
             format!(
                 "{}{:#x}{}",
@@ -176,19 +181,31 @@ impl<B: Backend> Engine<B> {
         })
     }
 
+    /// The index of the pool of `usage`, `exclusive` and `group`, made on
+    /// first use; an error when that would be a pool past [`MAX_POOLS`]
+    /// (segments name their pool in 16 bits).
     pub(super) fn pool_index(
         &mut self,
         usage: u32,
         exclusive: bool,
         group: u8,
         name: impl FnOnce() -> String,
-    ) -> u16 {
+    ) -> Result<u16> {
         if let Some(i) = self
             .pools
             .iter()
             .position(|p| p.usage == usage && p.exclusive == exclusive && p.group == group)
         {
-            return i as u16;
+            return Ok(i as u16);
+        }
+        if self.pools.len() >= MAX_POOLS {
+            return Err(Error::InvalidUsage {
+                usage,
+                why: format!(
+                    "the engine already has {MAX_POOLS} pools, one per distinct usage, exclusivity \
+                     and group; requests of a new one are refused: use fewer distinct usages"
+                ),
+            });
         }
         self.pools.push(UsagePool {
             usage,
@@ -199,14 +216,16 @@ impl<B: Backend> Engine<B> {
             stats: PoolStats::default(),
             used: false,
         });
-        (self.pools.len() - 1) as u16
+        Ok((self.pools.len() - 1) as u16)
     }
 
     /// Names the pool of requests with this usage, exclusivity and group (for
-    /// summaries and segment labels); creates it if needed.
+    /// summaries and segment labels); creates it if needed (past
+    /// 65 536 pools, the name goes nowhere: no request of it is served).
     pub fn name_pool(&mut self, usage: u32, exclusive: bool, group: u8, name: &str) {
-        let i = self.pool_index(usage, exclusive, group, || name.to_string()) as usize;
-        self.pools[i].name = name.to_string();
+        if let Ok(i) = self.pool_index(usage, exclusive, group, || name.to_string()) {
+            self.pools[i as usize].name = name.to_string();
+        }
     }
 
     pub(super) fn new_block(&mut self, block: Block) -> u32 {

@@ -851,7 +851,7 @@ impl Pool {
             let mut engine = self.inner.engine();
             match outcome {
                 Ok(buffer) => {
-                    let a = engine.commit(plan.take(), buffer);
+                    let a = engine.commit(plan.take(), buffer)?;
                     return Ok((engine, a));
                 }
                 Err(refusal) => {

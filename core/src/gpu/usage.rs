@@ -248,7 +248,7 @@ impl Pool {
             .iter()
             .find(|(_, u)| u.used.binding_type().is_none())
         {
-            return Err(Error::Config(format!(
+            return Err(Error::InvalidArgument(format!(
                 "bind group entry {n}: {} is not a binding; bind groups hold uniform and storage buffers",
                 u.name()
             )));
@@ -266,7 +266,7 @@ impl Pool {
                 ),
             };
             if u.block.size() > most {
-                return Err(Error::Config(format!(
+                return Err(Error::InvalidArgument(format!(
                     "bind group entry {n}: {} is {} bytes, and the device binds at most {most} \
                      ({name}): bind a range of it, or split it",
                     u.name(),
@@ -389,14 +389,14 @@ impl<'a> Ranges<'a> {
                 .checked_add(size)
                 .is_none_or(|end| end > block.size())
             {
-                return Err(Error::Config(format!(
+                return Err(Error::InvalidArgument(format!(
                     "a copy of {size} bytes at offset {offset} of the {what} block {name} runs \
                      past its {} bytes",
                     block.size()
                 )));
             }
             if !(offset | size).is_multiple_of(wgpu::COPY_BUFFER_ALIGNMENT) {
-                return Err(Error::Config(format!(
+                return Err(Error::InvalidArgument(format!(
                     "a copy of {size} bytes at offset {offset} of the {what} block {name}: \
                      offsets and sizes of copies are multiples of {}",
                     wgpu::COPY_BUFFER_ALIGNMENT

@@ -41,12 +41,18 @@ fn refused_requests_name_the_problem_and_change_nothing() {
         Refused {
             case: "above max_buffer_size",
             desc: s(max + 1),
-            expect: &["larger than the device's max_buffer_size"],
+            expect: &[
+                "larger than the largest segment this pool may create",
+                "max_buffer_size",
+            ],
         },
         Refused {
             case: "u64::MAX bytes (rounding would overflow)",
             desc: s(u64::MAX),
-            expect: &["larger than the device's max_buffer_size"],
+            expect: &[
+                "larger than the largest segment this pool may create",
+                "max_buffer_size",
+            ],
         },
         Refused {
             case: "above the pool's limit",
