@@ -38,9 +38,42 @@ fn gzip_and_plain_read_the_same() {
     let a = Trace::from_bytes("plain", text.as_bytes()).unwrap();
     let b = Trace::from_bytes("gz", &gz).unwrap();
     assert_eq!(a.events, b.events);
-    // Truncated gzip: an I/O error, not a panic or a silent short trace.
+    // Truncated gzip: an error naming the line and what to do, not a panic,
+    // a silent short trace, or the decompressor's words alone.
     let e = Trace::from_bytes("cut", &gz[..gz.len() / 2]).unwrap_err();
-    assert!(matches!(e, TraceError::Io { .. }), "{e}");
+    assert!(matches!(e, TraceError::Row { .. }), "{e}");
+    let msg = e.to_string();
+    assert!(msg.contains("line") && msg.contains("truncated"), "{msg}");
+    // Cut far into a long file: the line is where it broke off.
+    let mut text = H.to_string();
+    for i in 0..20_000u64 {
+        text += &format!("0,{i},allocate,{:#x},4096,0x0\n", 0x10 + i * 0x1000);
+    }
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(text.as_bytes()).unwrap();
+    let gz = gz.finish().unwrap();
+    let e = Trace::from_bytes("long", &gz[..gz.len() * 3 / 4]).unwrap_err();
+    let TraceError::Row { line, .. } = e else {
+        panic!("{e}")
+    };
+    assert!(line > 100, "broke off at line {line}");
+}
+
+#[test]
+fn a_file_with_cr_line_ends_reads_as_one_with_lf() {
+    // Excel's "CSV (Macintosh)": lines end in a lone CR. Over 64 KiB, the
+    // line-length guard took the whole file for one line.
+    let rows: Vec<String> = std::iter::once(H.trim_end().to_string())
+        .chain((0..2000u64).flat_map(|i| {
+            let p = 0x10 + i * 0x1000;
+            [
+                format!("0,{i},allocate,{p:#x},4096,0x0"),
+                format!("0,{i},free,{p:#x},4096,0x0"),
+            ]
+        }))
+        .collect();
+    let t = Trace::from_bytes("mac", rows.join("\r").as_bytes()).unwrap();
+    assert_eq!(t.events.len(), 4000);
 }
 
 #[test]
@@ -135,9 +168,12 @@ fn more_bad_logs_name_the_line_and_the_problem() {
         let got = Trace::parse("t", text).unwrap_err().to_string();
         assert!(got.contains(want), "got `{got}`, want `{want}`");
     }
-    // Gzip magic followed by garbage: a read error, not a panic.
+    // Gzip magic followed by garbage: an error saying so, not a panic.
     let e = Trace::from_bytes("junk", b"\x1f\x8b\x08\x00garbage").unwrap_err();
-    assert!(matches!(e, TraceError::Io { .. }), "{e}");
+    assert!(
+        matches!(e, TraceError::Row { line: 1, .. }) && e.to_string().contains("corrupt"),
+        "{e}"
+    );
     // A directory is not a trace.
     let e = Trace::open(env!("CARGO_MANIFEST_DIR"))
         .unwrap_err()

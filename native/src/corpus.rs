@@ -407,20 +407,31 @@ fn row(
     ours: &Config,
     a: &CorpusArgs,
 ) -> Result<Row> {
-    // The trace as recorded at this scale (what --follow plans), then resized
-    // and jittered.
-    let recorded = if scale > 1 {
-        full.scaled(scale)
-    } else {
-        full.clone()
+    // The trace as recorded at this scale (what --follow plans); resized and
+    // jittered at full size, then scaled: both round to PyTorch's 512-byte
+    // granule, which after the scaling would have taken every tensor under
+    // 512 B to 512 B (small_loop ÷64 ×1.1 held 1.13 × the live bytes, not 1.1 ×).
+    let at_scale = |t: &Trace| {
+        if scale > 1 {
+            t.scaled(scale)
+        } else {
+            t.clone()
+        }
     };
-    let mut t = recorded.clone();
-    if resize != 1.0 {
-        t = t.resized(resize);
-    }
-    if jitter != 0 {
-        t = t.jittered(JITTER, jitter);
-    }
+    let recorded = at_scale(full);
+    let t = if resize == 1.0 && jitter == 0 {
+        recorded.clone()
+    } else {
+        let mut t = if resize != 1.0 {
+            full.resized(resize)
+        } else {
+            full.clone()
+        };
+        if jitter != 0 {
+            t = t.jittered(JITTER, jitter);
+        }
+        at_scale(&t)
+    };
     if t.largest > a.max_buffer_size {
         bail!(
             "one allocation is {} but the device allows at most {} per buffer; give a larger \

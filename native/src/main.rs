@@ -91,6 +91,8 @@ enum Command {
     /// Replay RMM CSV allocation logs (plain or gzip) through a policy, on a GPU or
     /// the simulated device, and print peak live, peak reserved, their ratio,
     /// device allocations and frees, cache hit rate, OOMs and time per operation.
+    /// Exits 3 when a replay ran out of memory (its figures are printed all the
+    /// same), 2 on a usage error, 1 on any other error.
     Replay(ReplayArgs),
     /// Hold a policy to the standing targets over a corpus of traces: every
     /// trace at each scale (and, with --resize, every tensor resized), replayed
@@ -124,19 +126,20 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => code,
         // The reader went away (`| head`): stop quietly, as Unix tools do.
-        Err(e)
-            if e.chain().any(|c| {
-                c.downcast_ref::<std::io::Error>()
-                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
-            }) =>
-        {
-            ExitCode::SUCCESS
-        }
+        Err(e) if broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// Whether `e` is stdout's reader gone away (`| head`).
+pub fn broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }
 
 /// A progress bar, hidden for `--json`.

@@ -455,6 +455,33 @@ fn follow_replays_a_trace_as_its_own_plan_places_it() {
 }
 
 #[test]
+fn a_resized_row_is_the_workload_resized_at_every_scale() {
+    // 100 live 4 KiB tensors and one of 1 MiB: at ÷64 they are 64 B and
+    // 16 KiB. Resized after the scaling, every 64 B tensor rounded up to
+    // 512 B, and ×1.1 held 3 × the live bytes; resized at full size, then
+    // scaled, it holds 1.1 ×.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("small.csv");
+    let mut csv = String::from("Thread,Time,Action,Pointer,Size,Stream\n");
+    for i in 0..100u64 {
+        csv += &format!("0,{i},allocate,{:#x},4096,0x0\n", 0x1000 + i * 0x1000);
+    }
+    csv += "0,100,allocate,0x1000000,1048576,0x0\n";
+    std::fs::write(&path, csv).unwrap();
+    let rows = json(
+        vrampool()
+            .args(["corpus", "--scales", "64", "--resize", "1,1.1"])
+            .arg(&path),
+    );
+    let live = |i: usize| f(&rows["rows"][i]["vrampool"]["peak_live"]);
+    let grown = live(1) / live(0);
+    assert!(
+        (1.09..1.15).contains(&grown),
+        "×1.1 at ÷64 holds {grown:.3} × the live bytes"
+    );
+}
+
+#[test]
 fn set_changes_the_vrampool_policy_in_corpus_and_replay_alike() {
     // No soft headroom: small_loop reserves more, and corpus and replay agree.
     let t = trace("small_loop");
@@ -820,7 +847,7 @@ fn bad_traces_are_refused_with_their_line() {
     refuses(
         &["replay", "--simulate", cut.to_str().unwrap()],
         &[],
-        "cannot read the trace",
+        "the file is truncated or corrupt; copy or download it again",
     );
     // Bytes that are not UTF-8.
     let utf = d.path().join("utf.csv");
@@ -876,6 +903,33 @@ fn bad_requests_are_refused() {
         &["replay", "--simulate", "--max-buffer-size", "1024", &t],
         &[],
         "allows at most 1.00 KiB per buffer (max_buffer_size); pass --scale 4",
+    );
+    // Counted from the file's sizes, not the already scaled ones: --scale 2
+    // leaves 2 KiB, and the advice is 4 (it said 2, the scale given).
+    refuses(
+        &[
+            "replay",
+            "--simulate",
+            "--max-buffer-size",
+            "1024",
+            "--scale",
+            "2",
+            &t,
+        ],
+        &[],
+        "pass --scale 4",
+    );
+    // A size the policies round past the buffer is refused here too, not
+    // replayed into an out-of-memory: 1000 B is a 1024 B block.
+    let odd = file(
+        &d,
+        "odd.csv",
+        &format!("{H}0,0,allocate,0x10,1000,0x0\n0,0,free,0x10,1000,0x0\n"),
+    );
+    refuses(
+        &["replay", "--simulate", "--max-buffer-size", "1000", &odd],
+        &[],
+        "allows at most 1000 B per buffer",
     );
     refuses(
         &["replay", "--simulate", "--set", "headrom=0.1", &t],
@@ -1185,7 +1239,7 @@ fn a_device_too_small_for_the_trace_is_no_success() {
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(out.status.code(), Some(3), "{err}");
     assert!(
         err.contains("allocations were refused with no limit, on simulated device")
             && err.contains("figures are of a partial replay")
@@ -1213,9 +1267,9 @@ fn a_size_near_u64_max_is_an_out_of_memory_for_every_policy() {
         .args(["--max-buffer-size", &max, "--capacity", &max, &t])
         .output()
         .unwrap();
-    // Out of memory with no limit: exit 2, and a line per policy saying so.
+    // Out of memory with no limit: exit 3, and a line per policy saying so.
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(out.status.code(), Some(3), "{err}");
     assert_eq!(err.matches("refused with no limit").count(), 5, "{err}");
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     let rows = v.as_array().unwrap();
@@ -1225,6 +1279,32 @@ fn a_size_near_u64_max_is_an_out_of_memory_for_every_policy() {
         assert_eq!(f(&rep["ooms"]), 1.0, "{r}");
         assert_eq!(f(&rep["device_allocs"]), 0.0, "{r}");
     }
+}
+
+#[test]
+fn allocate_failure_rows_are_reported_not_dropped_silently() {
+    // A recording of a run that hit out-of-memory: its refused allocations
+    // are skipped (no replay asks for them), and the replay says so.
+    let d = tempfile::tempdir().unwrap();
+    let t = file(
+        &d,
+        "failed.csv",
+        &format!(
+            "{H}0,0,allocate,0x10,4096,0x0\n0,1,allocate failure,0x0,99999,0x0\n0,2,free,0x10,4096,0x0\n"
+        ),
+    );
+    let out = vrampool()
+        .args(["replay", "--simulate", "--json", &t])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("failed: 1 `allocate failure` rows skipped"),
+        "{err}"
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v[0]["skipped_failures"], 1);
 }
 
 #[test]
@@ -1250,4 +1330,18 @@ fn a_reader_that_goes_away_is_not_a_crash() {
         assert!(!err.contains("panicked"), "{args:?}: {err}");
         assert!(out.status.success(), "{args:?}: {:?} {err}", out.status);
     }
+    // A replay that ran out keeps its exit code and its lines on stderr
+    // when the reader is gone (it exited 0, saying nothing, before).
+    let mut cmd = std::process::Command::new(assert_cmd::cargo::cargo_bin("vrampool"));
+    cmd.args(["replay", "--simulate", "--capacity", "1000"])
+        .arg(trace("small_loop"))
+        .env("XDG_RUNTIME_DIR", std::env::temp_dir())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().expect("runs");
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("exits");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(err.contains("refused with no limit"), "{err}");
 }

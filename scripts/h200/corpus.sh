@@ -61,11 +61,12 @@ for t in ${TRACES:-$(ls -S -r data/traces/*.csv.gz data/traces/heldout/*.csv.gz)
       bin=$B; pol=vrampool; extra+=(--ceiling);
     else bin=$B; pol=$p0; fi
     echo "== $t ÷$s $p $(date +%T)" >> $OUT/log.txt
-    # Exit 2 is a replay that ran out of memory: its figures are kept, with
-    # its rc, so totals over the file see the rows that ran out too.
+    # Exit 3 is a replay that ran out of memory (2 before 2026-12-06, when it
+    # was also clap's usage error): its figures are kept, with its rc, so
+    # totals over the file see the rows that ran out too.
     timeout $left $bin replay --policy $pol "${hints[@]}" "${extra[@]}" --scale $s --nvidia-smi --json $t > /tmp/r.json 2>> $OUT/log.txt
     rc=$?
-    [ $rc -eq 0 ] || [ $rc -eq 2 ] \
+    [ $rc -eq 0 ] || [ $rc -eq 3 ] \
       && python3 -c "import json,sys; d=json.load(open('/tmp/r.json')); [r.update(run='$p', scale=$s, rc=$rc) for r in d]; print(json.dumps(d))" >> $OUT/replays.jsonl
   done
 done

@@ -121,19 +121,27 @@ pub const MAX_LINE: usize = 64 * 1024;
 
 /// Counts lines as bytes pass through, and fails the read once a line grows
 /// past [`MAX_LINE`], so a file with a 1 GB line costs 64 KiB, not 1 GB.
+/// Notes the line where the stream under it broke off (a truncated gzip).
 struct LineLimit<R> {
     inner: R,
     line: u64,
     run: usize,
     too_long: std::rc::Rc<std::cell::Cell<Option<u64>>>,
+    broke_at: std::rc::Rc<std::cell::Cell<Option<u64>>>,
 }
 
 impl<R: Read> Read for LineLimit<R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.inner.read(buf)?;
+        let n = self.inner.read(buf).inspect_err(|_| {
+            self.broke_at.set(Some(self.line));
+        })?;
         for &b in &buf[..n] {
             if b == b'\n' {
                 self.line += 1;
+                self.run = 0;
+            } else if b == b'\r' {
+                // A line end too (the reader takes a lone CR as one: old
+                // Mac files), though lines are counted at LF.
                 self.run = 0;
             } else {
                 self.run += 1;
@@ -282,11 +290,13 @@ impl Trace {
         max_rows: usize,
     ) -> Result<Trace, TraceError> {
         let too_long = std::rc::Rc::new(std::cell::Cell::new(None));
+        let broke_at = std::rc::Rc::new(std::cell::Cell::new(None));
         let text = LineLimit {
             inner: text,
             line: 1,
             run: 0,
             too_long: too_long.clone(),
+            broke_at: broke_at.clone(),
         };
         // No quoting: an RMM log quotes nothing, and a stray `"` would make
         // the reader gather every line after it into one field.
@@ -310,6 +320,25 @@ impl Trace {
             let line = e.position().map_or(fallback_line, |p| p.line());
             let why = e.to_string();
             match e.into_kind() {
+                // The decompressor's errors (the OS's are other kinds): the
+                // file ends, or turns to noise, part way.
+                csv::ErrorKind::Io(error)
+                    if matches!(
+                        error.kind(),
+                        std::io::ErrorKind::UnexpectedEof
+                            | std::io::ErrorKind::InvalidInput
+                            | std::io::ErrorKind::InvalidData
+                    ) =>
+                {
+                    TraceError::Row {
+                        path: name.to_string(),
+                        line: broke_at.get().unwrap_or(line),
+                        why: format!(
+                            "the compressed stream breaks off here ({error}): the file is truncated \
+                             or corrupt; copy or download it again"
+                        ),
+                    }
+                }
                 csv::ErrorKind::Io(error) => TraceError::Io {
                     path: name.to_string(),
                     error,

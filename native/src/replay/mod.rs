@@ -141,6 +141,10 @@ struct DriverView {
     allocator_after_empty_cache: Option<(u64, u64, u64)>,
 }
 
+/// The exit code of a replay that ran out of memory (under a budget, or on a
+/// device too small with none): not 2, which is clap's for a usage error.
+pub const OUT_OF_MEMORY: u8 = 3;
+
 /// Runs `vrampool replay`.
 pub fn command(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
     if a.scale == 0 {
@@ -250,10 +254,22 @@ pub fn command(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
         let t = Trace::open(path)?;
         traces.push(if a.scale > 1 { t.scaled(a.scale) } else { t });
     }
+    for t in traces.iter().filter(|t| t.skipped_failures > 0) {
+        eprintln!(
+            "note: {}: {} `allocate failure` rows skipped: allocations the recorded run was \
+             refused, which no replay asks for",
+            t.name, t.skipped_failures
+        );
+    }
     let target = Target::open(c, capacity, max_buffer_size)?;
     let max_buffer = target.max_buffer();
     for t in &traces {
-        if t.largest > max_buffer {
+        // As the policies round it (PyTorch's preset to 512 B, the largest
+        // alignment), and a scale that fits counted from the file's sizes:
+        // `t` is scaled by --scale already.
+        let rounded = t.largest.checked_next_multiple_of(512).unwrap_or(u64::MAX);
+        if rounded > max_buffer {
+            let room = (max_buffer / 512 * 512).max(1);
             bail!(
                 "{}: one allocation is {} but {} allows at most {} per buffer (max_buffer_size); \
                  pass --scale {} to divide every size",
@@ -261,7 +277,7 @@ pub fn command(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
                 fmt_bytes(t.largest),
                 target.name(),
                 fmt_bytes(max_buffer),
-                t.largest.div_ceil(max_buffer)
+                a.scale.max(1).saturating_mul(rounded.div_ceil(room))
             );
         }
         if let Some(Budget::Bytes(b)) = budget
@@ -434,6 +450,7 @@ pub fn command(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
             }
             rows.push(Row {
                 trace: t.name.clone(),
+                skipped_failures: t.skipped_failures,
                 policy: kind,
                 limit,
                 limit_kind,
@@ -444,7 +461,11 @@ pub fn command(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
         }
     }
     pb.finish_and_clear();
-    print_replay(&rows, c, a.min_budget, &target, &a.set)?;
+    // A reader gone away (`| head`) still gets the exit code below.
+    match print_replay(&rows, c, a.min_budget, &target, &a.set) {
+        Err(e) if crate::broken_pipe(&e) => {}
+        printed => printed?,
+    }
     // With no limit, an out-of-memory is the device's: the trace did not fit,
     // and every figure above is of the part that did.
     for r in rows
@@ -467,10 +488,8 @@ pub fn command(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
             }
         );
     }
-    // 2: some replay ran out of memory (under a budget, or on a device too
-    // small with none).
     Ok(if any_oom {
-        ExitCode::from(2)
+        ExitCode::from(OUT_OF_MEMORY)
     } else {
         ExitCode::SUCCESS
     })
@@ -479,6 +498,8 @@ pub fn command(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
 /// One line of the table: a trace under a policy.
 struct Row {
     trace: String,
+    /// The trace's `allocate failure` rows, which no replay asks for.
+    skipped_failures: u64,
     policy: PolicyKind,
     limit: Option<u64>,
     limit_kind: LimitKind,
@@ -534,6 +555,7 @@ fn print_replay(
             .map(|r| {
                 json!({
                     "trace": r.trace,
+                    "skipped_failures": r.skipped_failures,
                     "policy": r.policy,
                     "device": target.name(),
                     "memory_hints": (!matches!(target, Target::Simulated { .. }))
