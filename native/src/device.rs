@@ -136,8 +136,8 @@ pub struct AdapterReport {
     pub allocator_report: Option<(u64, u64, usize)>,
 }
 
-/// Describes every adapter.
-pub fn info() -> Result<Vec<AdapterReport>> {
+/// Describes every adapter, its allocator report from a device opened with `hints`.
+pub fn info(hints: Hints) -> Result<Vec<AdapterReport>> {
     let all = adapters();
     if all.is_empty() {
         bail!(
@@ -148,7 +148,7 @@ pub fn info() -> Result<Vec<AdapterReport>> {
     for (index, a) in all.iter().enumerate() {
         let i = a.get_info();
         let l = a.limits();
-        let allocator_report = open(a, Hints::Performance).ok().and_then(|(device, _q)| {
+        let allocator_report = open(a, hints).ok().and_then(|(device, _q)| {
             let b = device.create_buffer(&wgpu::BufferDescriptor {
                 label: Some("vrampool info probe"),
                 size: 1 << 20,

@@ -12,7 +12,7 @@ pub fn command(c: &Common) -> Result<ExitCode> {
     if c.simulate {
         bail!("info lists real adapters; --simulate has none to list");
     }
-    let all = device::info()?;
+    let all = device::info(c.hints())?;
     if c.json {
         outln!("{}", serde_json::to_string_pretty(&all)?);
         return Ok(ExitCode::SUCCESS);

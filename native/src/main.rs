@@ -71,8 +71,9 @@ pub struct Common {
     /// asks for 4 MiB blocks, so a segment above 4 MiB is memory of its own and
     /// the device holds close to what the pool reserves, at a device allocation
     /// per segment (BENCHMARKS.md); `memory-usage` is wgpu's 8–64 MiB.
-    #[arg(long, global = true, value_enum, default_value_t = device::Hints::Performance)]
-    pub memory_hints: device::Hints,
+    /// Default: performance.
+    #[arg(long, global = true, value_enum)]
+    pub memory_hints: Option<device::Hints>,
     /// Use the simulated device instead of a GPU (figures are the same; no driver needed).
     #[arg(long, global = true, conflicts_with = "adapter")]
     pub simulate: bool,
@@ -134,6 +135,13 @@ fn main() -> ExitCode {
     }
 }
 
+impl Common {
+    /// The memory hints a GPU device is opened with.
+    pub fn hints(&self) -> device::Hints {
+        self.memory_hints.unwrap_or(device::Hints::Performance)
+    }
+}
+
 /// Whether `e` is stdout's reader gone away (`| head`).
 pub fn broken_pipe(e: &anyhow::Error) -> bool {
     e.chain().any(|c| {
@@ -171,6 +179,15 @@ fn run(cli: Cli) -> Result<ExitCode> {
             "{what}, and keeps no pool to summarise or chart: --summary and --timeline are for \
              replay and workload"
         );
+    }
+    if c.simulate && c.memory_hints.is_some() {
+        bail!(
+            "--memory-hints places segments in a GPU's memory, and the simulated device has \
+             none: drop --simulate or --memory-hints"
+        );
+    }
+    if matches!(cli.command, Command::Info) && c.adapter.is_some() {
+        bail!("info lists every adapter: --adapter picks one for replay, bench and workload");
     }
     match &cli.command {
         Command::Info => info::command(c),

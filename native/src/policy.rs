@@ -179,6 +179,11 @@ impl<B: Backend> EnginePolicy<B> {
         requests: Requests,
     ) -> Result<Self, Error> {
         config.limit = limit.map(Limit::Bytes);
+        if config.default_usage == 0 {
+            // A preallocation serves the replay's requests, as Pool::new
+            // gives it the read-write blocks' usage.
+            config.default_usage = requests.usage;
+        }
         Ok(EnginePolicy {
             engine: Engine::new(backend, config)?,
             requests,

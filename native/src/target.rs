@@ -32,7 +32,7 @@ impl Target {
             });
         }
         let (index, adapter) = device::pick(c.adapter.as_deref())?;
-        let (device, queue) = device::open(&adapter, c.memory_hints)?;
+        let (device, queue) = device::open(&adapter, c.hints())?;
         let info = adapter.get_info();
         Ok(Target::Gpu {
             device,

@@ -225,7 +225,8 @@ pub fn command(a: &WorkloadArgs, c: &Common) -> Result<ExitCode> {
             outln!(
                 "{}",
                 serde_json::to_string_pretty(
-                    &json!({"device": target.name(), "config": cfg, "found_batch": found.map(|f| f.0), "stats": s})
+                    &json!({"device": target.name(), "config": cfg, "found_batch": found.map(|f| f.0), "stats": s,
+                        "memory_summary": c.summary.then(|| s.summary())})
                 )?
             );
         } else {
@@ -331,6 +332,8 @@ pub fn command(a: &WorkloadArgs, c: &Common) -> Result<ExitCode> {
                     "plan_segments": plan.pools.iter().map(|(_, p)| p.segments.len()).sum::<usize>(),
                 })),
                 "follow": recorded.as_ref().map(|_| follow),
+                // --summary's table, as text, where it would have printed.
+                "memory_summary": c.summary.then_some(&summary),
             }))?
         );
     } else {

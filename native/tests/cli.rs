@@ -482,6 +482,38 @@ fn a_resized_row_is_the_workload_resized_at_every_scale() {
 }
 
 #[test]
+fn a_preallocation_is_counted_and_used_by_corpus_and_replay_alike() {
+    // `--set growth={"Preallocate":N}`: its segment was left out of the
+    // device allocations and bytes created (a row could show none while
+    // holding N), and replay's went to a usage no request had.
+    let t = trace("small_loop");
+    let row = json(vrampool().args(["corpus", "--scales", "1"]).arg(&t));
+    let n = 2 * row["rows"][0]["vrampool"]["peak_live"].as_u64().unwrap();
+    let set = format!("growth={{\"Preallocate\":{n}}}");
+    let corpus = json(
+        vrampool()
+            .args(["corpus", "--scales", "1", "--set", &set])
+            .arg(&t),
+    );
+    let v = &corpus["rows"][0]["vrampool"];
+    assert!(f(&v["bytes_created"]) >= f(&v["peak_reserved"]), "{v}");
+    assert!(f(&v["peak_reserved"]) >= n as f64, "{v}");
+    let replay = json(
+        vrampool()
+            .args(["replay", "--simulate", "--set", &set])
+            .arg(&t),
+    );
+    let r = &replay[0]["report"];
+    assert!(
+        f(&r["segment_bytes_created"]) >= f(&r["peak_reserved"]),
+        "{r}"
+    );
+    // The preallocation serves the replay: it holds the whole peak, so the
+    // one segment is all the replay makes.
+    assert_eq!(f(&r["device_allocs"]), 1.0, "{r}");
+}
+
+#[test]
 fn set_changes_the_vrampool_policy_in_corpus_and_replay_alike() {
     // No soft headroom: small_loop reserves more, and corpus and replay agree.
     let t = trace("small_loop");
@@ -903,6 +935,22 @@ fn bad_requests_are_refused() {
         &["replay", "--simulate", "--max-buffer-size", "1024", &t],
         &[],
         "allows at most 1.00 KiB per buffer (max_buffer_size); pass --scale 4",
+    );
+    // Options a command would have ignored.
+    refuses(
+        &["replay", "--simulate", "--memory-hints", "pool", &t],
+        &[],
+        "the simulated device has none",
+    );
+    refuses(&["info", "--adapter", "0"], &[], "info lists every adapter");
+    // --summary with --json: the summary in the JSON, not dropped.
+    let v = json(vrampool().args(["replay", "--simulate", "--summary", &t]));
+    assert!(
+        v[0]["memory_summary"]
+            .as_str()
+            .is_some_and(|s| s.contains("Reserved")),
+        "{}",
+        v[0]["memory_summary"]
     );
     // Counted from the file's sizes, not the already scaled ones: --scale 2
     // leaves 2 KiB, and the advice is 4 (it said 2, the scale given).

@@ -27,6 +27,10 @@ function step(msg) { console.log(`e2e: ${msg}`); }
 
 // The page's own server: `cargo xtask serve`, on a free port.
 const server = spawn('cargo', ['xtask', 'serve', '--no-build', '--port', '0'], { cwd: root, stdio: ['ignore', 'pipe', 'inherit'] });
+// Stopped on every way out, a failed browser launch or a timeout included
+// (Node runs 'exit' listeners after an uncaught error too): a server left
+// behind holds the CI log's stderr open.
+process.on('exit', () => server.kill());
 const url = await new Promise((resolve, reject) => {
   let buf = '';
   server.stdout.on('data', (d) => {

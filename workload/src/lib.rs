@@ -116,12 +116,17 @@ impl MlpConfig {
     /// Bytes the two weight matrices take in storage.
     pub fn weight_bytes(&self) -> u64 {
         let (i, h, o) = (self.d_in as u64, self.hidden as u64, self.d_out as u64);
-        4 * (self.weight_words(i * h) + self.weight_words(h * o))
+        // Saturating, as in `plan`: a width past any device is refused by
+        // `check`, not an overflow.
+        (self
+            .weight_words(i * h)
+            .saturating_add(self.weight_words(h * o)))
+        .saturating_mul(4)
     }
     /// Bytes they would take as f32.
     pub fn f32_weight_bytes(&self) -> u64 {
         let (i, h, o) = (self.d_in as u64, self.hidden as u64, self.d_out as u64);
-        4 * (i * h + h * o)
+        (i * h).saturating_add(h * o).saturating_mul(4)
     }
 
     /// The largest batch whose every tensor fits `limits`: each one is bound
@@ -207,9 +212,11 @@ pub fn plan(c: &MlpConfig) -> Vec<Tensor> {
         c.hidden as u64,
         c.d_out as u64,
     );
+    // Products of two u32s fit a u64; the bytes of one (4 a word) saturate,
+    // so a width past any device is refused by `check`, not an overflow.
     let t = |label, words: u64, persistent, role| Tensor {
         label,
-        size: 4 * words,
+        size: words.saturating_mul(4),
         persistent,
         role,
     };
@@ -708,5 +715,15 @@ mod tests {
             e.contains("tensor `w1`") && e.contains("not even a batch of 1"),
             "{e}"
         );
+        // Batch and width both at u32::MAX: their product's bytes pass a
+        // u64 (an overflow panic in debug builds before), refused all the same.
+        let huge = MlpConfig {
+            batch: u32::MAX,
+            hidden: u32::MAX,
+            ..c
+        };
+        let e = huge.check(&h200()).unwrap_err().to_string();
+        assert!(e.contains("lower the hidden width"), "{e}");
+        assert!(huge.weight_bytes() > 1 << 40);
     }
 }

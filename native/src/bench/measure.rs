@@ -2,9 +2,10 @@
 //! engine's own cost per operation with no device call.
 
 use std::hint::black_box;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use anyhow::{Result, bail};
 use indicatif::ProgressBar;
 use serde::Serialize;
 use vrampool::{AllocDesc, Config, Engine, Pool, PoolOptions, Request, Reuse, SimulatedDevice};
@@ -247,6 +248,19 @@ pub fn run(
         Some((d, q)) => Some(Pool::new(d.clone(), q.clone(), PoolOptions::default())?),
         None => None,
     };
+    // The raw buffers are made outside any error scope (a scope in the timed
+    // loop would be timed too): a device that refuses one reports it here,
+    // not through wgpu's default handler, which panics.
+    let refused = Arc::new(Mutex::new(None::<String>));
+    if let Some((device, _)) = gpu {
+        let first = Arc::clone(&refused);
+        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+            first
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get_or_insert_with(|| e.to_string());
+        }));
+    }
     let mut rows = Vec::new();
     for &size in sizes {
         bar.set_message(vrampool::fmt_bytes(size));
@@ -297,6 +311,13 @@ pub fn run(
             let _ = device.poll(wgpu::PollType::wait_indefinitely());
             let (create, destroy) = create_then_destroy(device, &desc, live, rounds, budget);
             (raw_create_ns, raw_destroy_ns) = (Some(create), Some(destroy));
+            if let Some(e) = refused.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                bail!(
+                    "the GPU refused a raw buffer of {} (bench holds up to {live} of them at \
+                     once): {e}; give smaller --sizes",
+                    vrampool::fmt_bytes(size)
+                );
+            }
             let warm: Vec<_> = (0..live)
                 .map(|_| pool.alloc(block(size)))
                 .collect::<Result<_, _>>()?;

@@ -160,7 +160,10 @@ fn drive<P: Policy>(
     let every = (n / 1000).max(1);
     let mut samples = Vec::with_capacity(1024);
     let mut replayer = Replayer::new(trace);
-    let before = p.figures();
+    // Counted from the policy's making, not from here: a preallocation
+    // (`--set growth=...`) made with the engine is a device allocation of
+    // the replay too, as a followed plan's segments are.
+    let before = Figures::default();
     let mut peak = Figures::default();
     let mut aside_ns = 0u128;
     let start = Instant::now();

@@ -559,7 +559,7 @@ fn print_replay(
                     "policy": r.policy,
                     "device": target.name(),
                     "memory_hints": (!matches!(target, Target::Simulated { .. }))
-                        .then(|| c.memory_hints.to_possible_value())
+                        .then(|| c.hints().to_possible_value())
                         .flatten()
                         .map(|v| v.get_name().to_string()),
                     "limit": r.limit,
@@ -579,6 +579,8 @@ fn print_replay(
                     "min_budget": r.min_budget.map(|m| m.0),
                     "device_allocs_at_min_budget": r.min_budget.map(|m| m.1),
                     "driver": r.driver,
+                    // --summary's memory_summary, as text, where it would have printed.
+                    "memory_summary": c.summary.then_some(&r.outcome.summary),
                 })
             })
             .collect();
@@ -647,7 +649,7 @@ fn print_replay(
                 fmt_bytes(res)
             );
             let live = o.report.peak_live.max(1) as f64;
-            if c.memory_hints != crate::device::Hints::Pool && res as f64 > pool as f64 * 1.05 {
+            if c.hints() != crate::device::Hints::Pool && res as f64 > pool as f64 * 1.05 {
                 outln!(
                     "{trace} {}: the device held {:.3} × peak live where the pool reserved {:.3} ×: wgpu shares its blocks among segments under 256 MiB; --memory-hints pool (vrampool::pool_memory_hints) gives each segment memory of its own",
                     kind.name(),
