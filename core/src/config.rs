@@ -309,8 +309,9 @@ pub struct Config {
     pub limit_kind: LimitKind,
     /// Device capacity for [`Limit::Fraction`], overriding the backend's.
     pub capacity: Option<u64>,
-    /// Free bytes in segments that hold no live block (the pinned
-    /// preallocation excepted) above this are released after each free,
+    /// Free bytes in segments that hold no live block (pinned ones
+    /// excepted: the preallocation, a followed plan's) above this are
+    /// released after each free,
     /// least recently used segment first (MLX's `set_cache_limit`; 0 gives
     /// back every such segment). Free space beside live blocks is not
     /// counted: no release can reach it.

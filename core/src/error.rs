@@ -117,7 +117,8 @@ pub enum Error {
 
     /// A call's arguments cannot be used as given: a copy that runs past a
     /// block or is not aligned, a bind group entry that is no binding or is
-    /// larger than the device binds. The message names the argument.
+    /// larger than the device binds, a `SegmentPlan` handed to an engine
+    /// that did not make it. The message names the argument.
     #[error("{0}")]
     InvalidArgument(String),
 

@@ -74,6 +74,21 @@ fn a_file_with_cr_line_ends_reads_as_one_with_lf() {
         .collect();
     let t = Trace::from_bytes("mac", rows.join("\r").as_bytes()).unwrap();
     assert_eq!(t.events.len(), 4000);
+    // Its lines are counted as such: a bad size on the fourth line says so,
+    // in a CR file as in a CRLF one.
+    for end in ["\r", "\r\n"] {
+        let text = [
+            H.trim_end(),
+            "0,0,allocate,0x10,4096,0x0",
+            "0,1,free,0x10,4096,0x0",
+            "0,2,allocate,0x10,abc,0x0",
+        ]
+        .join(end);
+        let e = Trace::from_bytes("bad", text.as_bytes())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("line 4: size `abc`"), "{end:?}: {e}");
+    }
 }
 
 #[test]

@@ -1379,17 +1379,21 @@ fn a_reader_that_goes_away_is_not_a_crash() {
         assert!(out.status.success(), "{args:?}: {:?} {err}", out.status);
     }
     // A replay that ran out keeps its exit code and its lines on stderr
-    // when the reader is gone (it exited 0, saying nothing, before).
-    let mut cmd = std::process::Command::new(assert_cmd::cargo::cargo_bin("vrampool"));
-    cmd.args(["replay", "--simulate", "--capacity", "1000"])
-        .arg(trace("small_loop"))
-        .env("XDG_RUNTIME_DIR", std::env::temp_dir())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    let mut child = cmd.spawn().expect("runs");
-    drop(child.stdout.take());
-    let out = child.wait_with_output().expect("exits");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(3), "{err}");
-    assert!(err.contains("refused with no limit"), "{err}");
+    // when the reader is gone (it exited 0, saying nothing, before), with
+    // --summary's tables too (written during the replays).
+    for summary in [&[][..], &["--summary"][..]] {
+        let mut cmd = std::process::Command::new(assert_cmd::cargo::cargo_bin("vrampool"));
+        cmd.args(["replay", "--simulate", "--compare", "--capacity", "1000"])
+            .args(summary)
+            .arg(trace("small_loop"))
+            .env("XDG_RUNTIME_DIR", std::env::temp_dir())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let mut child = cmd.spawn().expect("runs");
+        drop(child.stdout.take());
+        let out = child.wait_with_output().expect("exits");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "{summary:?}: {err}");
+        assert_eq!(err.matches("refused with no limit").count(), 5, "{err}");
+    }
 }

@@ -66,7 +66,9 @@ for t in ${TRACES:-$(ls -S -r data/traces/*.csv.gz data/traces/heldout/*.csv.gz)
     # totals over the file see the rows that ran out too.
     timeout $left $bin replay --policy $pol "${hints[@]}" "${extra[@]}" --scale $s --nvidia-smi --json $t > /tmp/r.json 2>> $OUT/log.txt
     rc=$?
-    [ $rc -eq 0 ] || [ $rc -eq 3 ] \
+    # (A `before` binary may predate that: its 2 is kept too; a usage error
+    # leaves /tmp/r.json empty, and the Python below then fails.)
+    { [ $rc -eq 0 ] || [ $rc -eq 3 ] || { [ $p0 = before ] && [ $rc -eq 2 ]; }; } \
       && python3 -c "import json,sys; d=json.load(open('/tmp/r.json')); [r.update(run='$p', scale=$s, rc=$rc) for r in d]; print(json.dumps(d))" >> $OUT/replays.jsonl
   done
 done

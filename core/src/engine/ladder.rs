@@ -299,12 +299,13 @@ impl<B: Backend> Engine<B> {
     }
 
     /// Refuses a plan another engine made: its pool, class and bytes in
-    /// flight are that engine's.
+    /// flight are that engine's (which keeps counting them: the plan was
+    /// consumed here, and never reaches it).
     fn check_ours(&self, plan: &SegmentPlan) -> Result<()> {
         if plan.engine == self.generation_start {
             Ok(())
         } else {
-            Err(Error::Config(
+            Err(Error::InvalidArgument(
                 "a SegmentPlan was handed to an engine other than the one that planned it: \
                  commit, refuse or cancel a plan on the engine whose plan() made it"
                     .into(),
@@ -372,18 +373,18 @@ impl<B: Backend> Engine<B> {
         if self.under_budget() || !self.following.is_empty() {
             return None;
         }
-        // The preallocation is memory the caller asked to hold: the target
-        // is never below it, or a preallocation above the workload's high
-        // water would have the headroom release every other pool's cached
-        // segment before each new one.
         let peak = self
             .high_water
-            .max(self.total.allocated_bytes.current.saturating_add(rounded))
-            .max(self.preallocated);
+            .max(self.total.allocated_bytes.current.saturating_add(rounded));
+        // The preallocation is memory the caller asked to hold, on top of
+        // the headroom: counted against it, a preallocation above about
+        // h × the other pools' segments had every miss of another pool
+        // release that pool's cached segments first.
         Some(
             ((peak as f64 * (1.0 + h)) as u64)
                 .saturating_add(self.headroom_credit)
-                .max(self.config.headroom_floor),
+                .max(self.config.headroom_floor)
+                .saturating_add(self.preallocated),
         )
     }
 
@@ -453,11 +454,20 @@ impl<B: Backend> Engine<B> {
         class: SegmentClass,
         size: u64,
     ) -> Result<u32> {
-        let made = self.backend.create_segment(&SegmentDesc {
-            size,
-            usage,
-            label: &label,
-        });
+        let create = |e: &mut Self| {
+            e.backend.create_segment(&SegmentDesc {
+                size,
+                usage,
+                label: &label,
+            })
+        };
+        let mut made = create(self);
+        if matches!(made, Err(DeviceError::OutOfMemory)) && self.releasable() > 0 {
+            // As the ladder does: the cache may be what the device needs back.
+            self.counters.alloc_retries += 1;
+            self.release(u64::MAX);
+            made = create(self);
+        }
         let payload = match made {
             Ok(payload) => payload,
             // Counted and told to the observers as any out-of-memory is.

@@ -1343,7 +1343,9 @@ impl Pool {
         self.inner.close_front(&mut engine, &self.inner.following);
         let followed = engine.follow_recorded(plan);
         self.inner.note_follow_end(&engine);
-        followed
+        drop(engine);
+        // A segment the device refused is an out-of-memory the observers hear of.
+        self.observed(followed)
     }
 
     /// Stops following the plan [`Pool::follow`] gave, if the pool follows one.

@@ -121,40 +121,87 @@ pub const MAX_LINE: usize = 64 * 1024;
 
 /// Counts lines as bytes pass through, and fails the read once a line grows
 /// past [`MAX_LINE`], so a file with a 1 GB line costs 64 KiB, not 1 GB.
-/// Notes the line where the stream under it broke off (a truncated gzip).
+/// Turns a lone CR (old Mac files) into LF and drops the CR of a CRLF, so
+/// lines end in LF alone: its count and the CSV reader's agree. Notes the
+/// line where the stream under it broke off (a truncated gzip).
 struct LineLimit<R> {
     inner: R,
     line: u64,
     run: usize,
+    /// The last byte read was a CR (now an LF): an LF next is its pair.
+    after_cr: bool,
     too_long: std::rc::Rc<std::cell::Cell<Option<u64>>>,
     broke_at: std::rc::Rc<std::cell::Cell<Option<u64>>>,
 }
 
 impl<R: Read> Read for LineLimit<R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.inner.read(buf).inspect_err(|_| {
-            self.broke_at.set(Some(self.line));
-        })?;
-        for &b in &buf[..n] {
-            if b == b'\n' {
-                self.line += 1;
-                self.run = 0;
-            } else if b == b'\r' {
-                // A line end too (the reader takes a lone CR as one: old
-                // Mac files), though lines are counted at LF.
-                self.run = 0;
-            } else {
-                self.run += 1;
-                if self.run > MAX_LINE {
-                    self.too_long.set(Some(self.line));
-                    return Err(std::io::Error::new(
-                        std::io::ErrorKind::InvalidData,
-                        "line too long",
-                    ));
+        loop {
+            let n = self.inner.read(buf).inspect_err(|_| {
+                self.broke_at.set(Some(self.line));
+            })?;
+            let mut kept = 0;
+            for i in 0..n {
+                let mut b = buf[i];
+                let after_cr = std::mem::replace(&mut self.after_cr, b == b'\r');
+                if b == b'\n' && after_cr {
+                    continue;
+                }
+                if b == b'\r' {
+                    b = b'\n';
+                }
+                buf[kept] = b;
+                kept += 1;
+                if b == b'\n' {
+                    self.line += 1;
+                    self.run = 0;
+                } else {
+                    self.run += 1;
+                    if self.run > MAX_LINE {
+                        self.too_long.set(Some(self.line));
+                        return Err(std::io::Error::new(
+                            std::io::ErrorKind::InvalidData,
+                            "line too long",
+                        ));
+                    }
                 }
             }
+            // Only the LF of a CRLF whose CR came in the last read: read
+            // on (0 would say the file ended).
+            if kept > 0 || n == 0 {
+                return Ok(kept);
+            }
         }
-        Ok(n)
+    }
+}
+
+/// The decompressor under a gzip trace, its errors marked as the stream's
+/// (a truncated or corrupt file), not the OS's.
+struct Decompressing<R>(R);
+
+/// An error of the compressed stream itself.
+#[derive(Debug)]
+struct StreamBroken(std::io::Error);
+
+impl std::fmt::Display for StreamBroken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for StreamBroken {}
+
+impl<R: Read> Read for Decompressing<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.0.read(buf).map_err(|e| {
+            let kind = e.kind();
+            // The OS's own errors under the decompressor stay the OS's.
+            if e.raw_os_error().is_some() {
+                e
+            } else {
+                std::io::Error::new(kind, StreamBroken(e))
+            }
+        })
     }
 }
 
@@ -240,7 +287,7 @@ impl Trace {
         if reader.fill_buf().map_err(io)?.starts_with(&[0x1f, 0x8b]) {
             Self::parse_reader(
                 name,
-                flate2::read::MultiGzDecoder::new(reader),
+                Decompressing(flate2::read::MultiGzDecoder::new(reader)),
                 &mut Streams::All,
                 max_rows,
             )
@@ -295,6 +342,7 @@ impl Trace {
             inner: text,
             line: 1,
             run: 0,
+            after_cr: false,
             too_long: too_long.clone(),
             broke_at: broke_at.clone(),
         };
@@ -320,15 +368,10 @@ impl Trace {
             let line = e.position().map_or(fallback_line, |p| p.line());
             let why = e.to_string();
             match e.into_kind() {
-                // The decompressor's errors (the OS's are other kinds): the
-                // file ends, or turns to noise, part way.
+                // The decompressor's errors: the file ends, or turns to
+                // noise, part way.
                 csv::ErrorKind::Io(error)
-                    if matches!(
-                        error.kind(),
-                        std::io::ErrorKind::UnexpectedEof
-                            | std::io::ErrorKind::InvalidInput
-                            | std::io::ErrorKind::InvalidData
-                    ) =>
+                    if error.get_ref().is_some_and(|e| e.is::<StreamBroken>()) =>
                 {
                     TraceError::Row {
                         path: name.to_string(),

@@ -356,6 +356,10 @@ impl ReplayReport {
 
 /// Replays `trace` through `engine`, allocating with `usage`. Allocations the
 /// pool refuses are counted as OOMs (and their frees skipped); the replay goes on.
+/// The report's counters are this call's: segments the engine made before it
+/// (a preallocation among them) are not counted. (`vrampool replay` and
+/// `corpus` make an engine for each replay and count its preallocation as
+/// the replay's.)
 ///
 /// ```
 /// use vrampool::{Config, Engine, SimulatedDevice, Trace, replay};

@@ -311,13 +311,6 @@ pub fn run(
             let _ = device.poll(wgpu::PollType::wait_indefinitely());
             let (create, destroy) = create_then_destroy(device, &desc, live, rounds, budget);
             (raw_create_ns, raw_destroy_ns) = (Some(create), Some(destroy));
-            if let Some(e) = refused.lock().unwrap_or_else(|p| p.into_inner()).take() {
-                bail!(
-                    "the GPU refused a raw buffer of {} (bench holds up to {live} of them at \
-                     once): {e}; give smaller --sizes",
-                    vrampool::fmt_bytes(size)
-                );
-            }
             let warm: Vec<_> = (0..live)
                 .map(|_| pool.alloc(block(size)))
                 .collect::<Result<_, _>>()?;
@@ -333,6 +326,15 @@ pub fn run(
                 }) / live as f64,
             );
             pool.empty_cache();
+            // Every phase of this size: the raw buffers are the ones made
+            // outside an error scope (the pool's own are in its scopes).
+            if let Some(e) = refused.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                bail!(
+                    "the GPU refused a buffer while measuring {} (bench holds up to {live} of \
+                     them at once): {e}; give smaller --sizes",
+                    vrampool::fmt_bytes(size)
+                );
+            }
         }
         rows.push(Row {
             size,

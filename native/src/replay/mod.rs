@@ -328,6 +328,7 @@ pub fn command(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
     )?;
     let mut rows = Vec::new();
     let mut any_oom = false;
+    let mut reader_gone = false;
     for t in &traces {
         let limit = budget.as_ref().map(|b| match b {
             Budget::Bytes(n) => *n,
@@ -427,8 +428,8 @@ pub fn command(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
                 }
             };
             any_oom |= outcome.report.ooms > 0;
-            if c.summary && !c.json {
-                pb.suspend(|| -> Result<()> {
+            if c.summary && !c.json && !reader_gone {
+                let printed = pb.suspend(|| -> Result<()> {
                     outln!("memory_summary of {} under {}:", t.name, kind.name());
                     if outcome.summary.is_empty() {
                         outln!("  ({} keeps no per-pool stats)\n", kind.name());
@@ -436,7 +437,13 @@ pub fn command(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
                         outln!("{}", outcome.summary);
                     }
                     Ok(())
-                })?;
+                });
+                // A reader gone away (`| head`): the replays go on, for the
+                // exit code and the lines on stderr.
+                match printed {
+                    Err(e) if crate::broken_pipe(&e) => reader_gone = true,
+                    printed => printed?,
+                }
             }
             if let Some(path) = &c.timeline {
                 let file = timeline_path(path, &t.name, kind.name(), runs > 1);
@@ -462,9 +469,11 @@ pub fn command(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
     }
     pb.finish_and_clear();
     // A reader gone away (`| head`) still gets the exit code below.
-    match print_replay(&rows, c, a.min_budget, &target, &a.set) {
-        Err(e) if crate::broken_pipe(&e) => {}
-        printed => printed?,
+    if !reader_gone {
+        match print_replay(&rows, c, a.min_budget, &target, &a.set) {
+            Err(e) if crate::broken_pipe(&e) => {}
+            printed => printed?,
+        }
     }
     // With no limit, an out-of-memory is the device's: the trace did not fit,
     // and every figure above is of the part that did.
