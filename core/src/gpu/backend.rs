@@ -136,14 +136,18 @@ impl WgpuBackend {
     pub fn new(device: &wgpu::Device, capacity: Option<u64>) -> Self {
         let lost = Arc::<LostState>::default();
         let state = Arc::clone(&lost);
-        device.set_device_lost_callback(move |reason, message| {
-            state.lose(match reason {
-                wgpu::DeviceLostReason::Destroyed => {
-                    "the device was destroyed (Device::destroy)".to_string()
-                }
-                _ if message.is_empty() => "the driver lost the device".to_string(),
-                _ => format!("the driver lost the device ({message})"),
-            })
+        device.set_device_lost_callback(move |reason, message| match reason {
+            // wgpu runs this one from a poll, with none of its locks held.
+            wgpu::DeviceLostReason::Destroyed => {
+                state.lose("the device was destroyed (Device::destroy)".to_string())
+            }
+            // This one wgpu runs where it met the loss, inside its own locks
+            // (a submit's, a poll's): an observer calling the device there
+            // would wait for this very thread.
+            _ if message.is_empty() => {
+                state.lose_from_driver("the driver lost the device".to_string())
+            }
+            _ => state.lose_from_driver(format!("the driver lost the device ({message})")),
         });
         WgpuBackend {
             device: device.clone(),
@@ -274,6 +278,32 @@ impl LostState {
         super::lock::notify_lost(self);
     }
 
+    /// A loss the driver reported, from inside wgpu's own locks: the
+    /// observers run on a thread of their own (natively; in a browser
+    /// callbacks run from the event loop, outside any lock), so one that
+    /// calls the pool or the device does not wait for the thread that holds
+    /// them. A panic there is that thread's.
+    fn lose_from_driver(self: &Arc<Self>, why: String) {
+        if self.why.set(why).is_err() {
+            return;
+        }
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            let state = Arc::clone(self);
+            let spawned = std::thread::Builder::new()
+                .name("vrampool device lost".into())
+                .spawn(move || {
+                    if let Some(payload) = state.notify() {
+                        std::panic::resume_unwind(payload);
+                    }
+                });
+            if spawned.is_ok() {
+                return;
+            }
+        }
+        super::lock::notify_lost(self);
+    }
+
     /// Adds an observer, called at once (see [`super::lock::notify_lost`])
     /// if the device is lost already.
     pub(super) fn observe(self: &Arc<Self>, f: LostObserver) {
@@ -322,8 +352,9 @@ impl Backend for WgpuBackend {
     fn create_segment(&mut self, desc: &SegmentDesc<'_>) -> Result<wgpu::Buffer, DeviceError> {
         let pending = self.begin_create(desc)?;
         // Natively the scopes have resolved already. In the browser they
-        // resolve later: Pool::alloc_async awaits them instead, and only the
-        // preallocation (made synchronously) is taken unchecked there.
+        // resolve later: Pool::alloc_async awaits them instead, and only what
+        // is made synchronously there (the preallocation, the segments of a
+        // plan `Pool::follow` makes at once) is taken unchecked.
         #[cfg(not(target_arch = "wasm32"))]
         {
             pollster::block_on(pending.outcome())
@@ -403,5 +434,37 @@ impl Backend for WgpuBackend {
                 moves.queue.submit([batch.finish()]);
             });
         }
+    }
+}
+
+#[cfg(all(test, not(target_arch = "wasm32")))]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    #[test]
+    fn a_driver_loss_runs_observers_outside_the_thread_that_reports_it() {
+        // wgpu reports a driver loss inside its own locks; `held` stands in
+        // for them. An observer that takes it (as `empty_cache` takes
+        // wgpu's snatch lock) waited forever on the reporting thread.
+        let held = Arc::new(Mutex::new(()));
+        let state = Arc::<LostState>::default();
+        let (told, heard) = mpsc::channel();
+        let lock = Arc::clone(&held);
+        state.observe(Arc::new(move |why: &str| {
+            let _wgpu = lock.lock().unwrap();
+            told.send(why.to_string()).unwrap();
+        }));
+        let guard = held.lock().unwrap();
+        state.lose_from_driver("the driver lost the device".into());
+        // Returned while the lock is held: the observer waits elsewhere.
+        assert!(heard.try_recv().is_err());
+        drop(guard);
+        let why = heard.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert_eq!(why, "the driver lost the device");
+        // Once: a second report changes nothing.
+        state.lose_from_driver("again".into());
+        assert!(heard.recv_timeout(Duration::from_millis(200)).is_err());
     }
 }

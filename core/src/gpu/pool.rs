@@ -530,7 +530,11 @@ impl Pool {
 
     /// Calls `f` with the reason when the device is lost (at once if it already
     /// is). The pool holds the device's one lost callback (see
-    /// [`WgpuBackend::new`]); register here instead.
+    /// [`WgpuBackend::new`]); register here instead. After `Device::destroy`
+    /// the observers run from the poll that learns of it, once the thread
+    /// holds no pool's lock; a loss the driver reports (a GPU reset), which
+    /// wgpu tells inside its own locks, runs them on a thread of their own
+    /// (natively), so they may call the pool and the device.
     ///
     /// ```
     /// # let (device, queue) = vrampool::example_device()?;
@@ -865,8 +869,10 @@ impl Pool {
     /// Submits `command_buffers` on the pool's queue, then makes the blocks
     /// dropped before this call reusable: their recorded work is now ahead, in
     /// queue order, of anything a next owner does. (A block another thread
-    /// dropped into its front cache after that thread's own last submit waits
-    /// for a later submit: it costs memory for a while, never bytes.) Use it instead of
+    /// dropped into its front cache after that thread's own last submit may
+    /// wait for a later submit, which costs memory for a while, never bytes;
+    /// a thread that never submitted stamps its drops at once, and this call
+    /// makes them reusable. The rule below is what keeps bytes safe.) Use it instead of
     /// `queue.submit` (with [`Reuse::AfterSubmit`], the default). Every
     /// encoder that recorded work on blocks dropped since the last submit must
     /// be among `command_buffers` or submitted before; an encoder kept
@@ -1314,7 +1320,11 @@ impl Pool {
     /// cache. Requests the plan did not foresee are served as always; a
     /// block is placed at its planned offset only if those bytes are free
     /// there (and, with [`Reuse::AfterSubmit`], no longer pending), so a
-    /// plan never makes two owners share bytes, whatever it says.
+    /// plan never makes two owners share bytes, whatever it says. In a
+    /// browser the plan's segments are made synchronously, as a
+    /// preallocation is, and taken unchecked: a browser that refuses one
+    /// says so only as validation errors of the passes using its blocks
+    /// (natively the refusal is this call's out-of-memory).
     ///
     /// ```
     /// # let (device, queue) = vrampool::example_device()?;
