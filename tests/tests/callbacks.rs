@@ -769,6 +769,41 @@ fn an_out_of_memory_observer_may_read_the_pool() {
 }
 
 #[test]
+fn a_loss_learned_while_a_thread_unwinds_still_reaches_the_observers() {
+    // A thread panics holding a block; its drop, under a cache limit of 0,
+    // releases the segment and polls, which is where wgpu tells of the
+    // device destroyed before. The thread unwinds and ends: the observers
+    // ran nowhere (wgpu tells a loss once), and were never called.
+    let pool = pool_with(
+        Config {
+            cache_limit: Some(0),
+            ..Config::default()
+        },
+        Reuse::Immediate,
+        false,
+    );
+    let calls = Arc::new(AtomicUsize::new(0));
+    let c = Arc::clone(&calls);
+    pool.on_device_lost(move |_| {
+        c.fetch_add(1, Ordering::SeqCst);
+    });
+    let block = pool.alloc(new_segment()).unwrap();
+    pool.device().destroy();
+    let ended = std::thread::spawn(move || {
+        let _held = block;
+        panic!("the thread holding the block panics");
+    })
+    .join();
+    assert!(ended.is_err());
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while calls.load(Ordering::SeqCst) == 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "the observer's calls");
+    assert!(pool.device_lost().is_some());
+}
+
+#[test]
 fn a_device_lost_observer_may_read_the_pool_and_is_called_once() {
     // The loss is learned from the poll the pool makes, with its lock held,
     // before it creates a segment; the observer runs once it is released,

@@ -265,6 +265,36 @@ pub(super) struct LostState {
 
 type LostObserver = Arc<dyn Fn(&str) + Send + Sync>;
 
+/// Runs the observers of `states` on a thread of their own; a panic there is
+/// that thread's.
+#[cfg(not(target_arch = "wasm32"))]
+fn spawn_notify(states: Vec<Arc<LostState>>) -> std::io::Result<()> {
+    std::thread::Builder::new()
+        .name("vrampool device lost".into())
+        .spawn(move || {
+            let mut first = None;
+            for state in states {
+                if let Some(payload) = state.notify() {
+                    first.get_or_insert(payload);
+                }
+            }
+            if let Some(payload) = first {
+                std::panic::resume_unwind(payload);
+            }
+        })
+        .map(drop)
+}
+
+/// Runs the observers of losses a thread learned while it unwinds, which
+/// may end it: on a thread of their own natively (a browser's build aborts
+/// on a panic, and runs no such thread).
+pub(super) fn notify_elsewhere(states: Vec<Arc<LostState>>) {
+    #[cfg(not(target_arch = "wasm32"))]
+    let _ = spawn_notify(states);
+    #[cfg(target_arch = "wasm32")]
+    drop(states);
+}
+
 impl LostState {
     /// Why the device was lost, once it was.
     pub(super) fn why(&self) -> Option<&str> {
@@ -288,18 +318,8 @@ impl LostState {
             return;
         }
         #[cfg(not(target_arch = "wasm32"))]
-        {
-            let state = Arc::clone(self);
-            let spawned = std::thread::Builder::new()
-                .name("vrampool device lost".into())
-                .spawn(move || {
-                    if let Some(payload) = state.notify() {
-                        std::panic::resume_unwind(payload);
-                    }
-                });
-            if spawned.is_ok() {
-                return;
-            }
+        if spawn_notify(vec![Arc::clone(self)]).is_ok() {
+            return;
         }
         super::lock::notify_lost(self);
     }

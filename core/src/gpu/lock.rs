@@ -345,8 +345,17 @@ impl Drop for EngineGuard<'_> {
             return;
         }
         if std::thread::panicking() {
-            // No observer now (its panic would abort); a kept panic is
-            // logged, not left for an unrelated call to raise.
+            // No observer on this thread now (its panic would abort), and
+            // this thread may be ending: a loss it learned runs its
+            // observers on a thread of their own, or never would (wgpu tells
+            // a loss once).
+            let due = LOST_DUE
+                .try_with(|d| std::mem::take(&mut *d.borrow_mut()))
+                .unwrap_or_default();
+            if !due.is_empty() {
+                super::backend::notify_elsewhere(due);
+            }
+            // A kept panic is logged, not left for an unrelated call to raise.
             if let Ok(Some(payload)) = CAUGHT.try_with(|c| c.borrow_mut().take()) {
                 raise(payload);
             }
