@@ -1355,6 +1355,19 @@ fn allocate_failure_rows_are_reported_not_dropped_silently() {
     assert_eq!(v[0]["skipped_failures"], 1);
 }
 
+/// Runs the harness with `args`, its stdout closed before it writes (`| head`).
+fn with_stdout_closed(args: &[impl AsRef<std::ffi::OsStr>]) -> std::process::Output {
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("vrampool"))
+        .args(args)
+        .env("XDG_RUNTIME_DIR", std::env::temp_dir())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("runs");
+    drop(child.stdout.take());
+    child.wait_with_output().expect("exits")
+}
+
 #[test]
 fn a_reader_that_goes_away_is_not_a_crash() {
     // `vrampool … | head`: stdout closes before the output is written.
@@ -1363,17 +1376,11 @@ fn a_reader_that_goes_away_is_not_a_crash() {
         &["replay", "--simulate", "--summary"][..],
         &["bench", "--simulate", "--sizes", "4096"][..],
     ] {
-        let mut cmd = std::process::Command::new(assert_cmd::cargo::cargo_bin("vrampool"));
-        cmd.args(args)
-            .env("XDG_RUNTIME_DIR", std::env::temp_dir())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped());
+        let mut args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
         if args[0] == "replay" {
-            cmd.arg(trace("resnet_train"));
+            args.push(trace("resnet_train").to_str().unwrap().to_string());
         }
-        let mut child = cmd.spawn().expect("runs");
-        drop(child.stdout.take());
-        let out = child.wait_with_output().expect("exits");
+        let out = with_stdout_closed(&args);
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!err.contains("panicked"), "{args:?}: {err}");
         assert!(out.status.success(), "{args:?}: {:?} {err}", out.status);
@@ -1382,16 +1389,11 @@ fn a_reader_that_goes_away_is_not_a_crash() {
     // when the reader is gone (it exited 0, saying nothing, before), with
     // --summary's tables too (written during the replays).
     for summary in [&[][..], &["--summary"][..]] {
-        let mut cmd = std::process::Command::new(assert_cmd::cargo::cargo_bin("vrampool"));
-        cmd.args(["replay", "--simulate", "--compare", "--capacity", "1000"])
-            .args(summary)
-            .arg(trace("small_loop"))
-            .env("XDG_RUNTIME_DIR", std::env::temp_dir())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped());
-        let mut child = cmd.spawn().expect("runs");
-        drop(child.stdout.take());
-        let out = child.wait_with_output().expect("exits");
+        let small_loop = trace("small_loop");
+        let mut args = vec!["replay", "--simulate", "--compare", "--capacity", "1000"];
+        args.extend_from_slice(summary);
+        args.push(small_loop.to_str().unwrap());
+        let out = with_stdout_closed(&args);
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(3), "{summary:?}: {err}");
         assert_eq!(err.matches("refused with no limit").count(), 5, "{err}");
