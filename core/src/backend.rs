@@ -73,6 +73,16 @@ pub trait Backend {
     fn flush_moves(&mut self) {}
     /// Called after a batch of destroys, so the device can really free them (wgpu: poll).
     fn flush_releases(&mut self) {}
+    /// How the device's own allocator holds a segment made with `usage`, if
+    /// it places segments in shared blocks of device memory (wgpu on Vulkan:
+    /// gpu-allocator). The engine then keeps a model of those blocks and, with
+    /// [`Config::fit_device_blocks`](crate::Config::fit_device_blocks), sizes
+    /// a new segment to the gap the device would put it in. `None` (the
+    /// default): every segment is device memory of its own.
+    fn suballocation(&self, usage: u32) -> Option<crate::Suballocation> {
+        let _ = usage;
+        None
+    }
     /// The largest segment the device can create (wgpu: `max_buffer_size`).
     fn max_segment_size(&self) -> u64;
     /// Total device memory, if known; used by [`Limit::Fraction`](crate::Limit::Fraction).

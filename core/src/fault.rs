@@ -241,6 +241,10 @@ impl<B: Backend> Backend for Faulty<B> {
     fn capacity(&self) -> Option<u64> {
         self.inner.capacity()
     }
+
+    fn suballocation(&self, usage: u32) -> Option<crate::Suballocation> {
+        self.inner.suballocation(usage)
+    }
 }
 
 /// The stats a request the device refused may leave, from those `before`

@@ -42,6 +42,7 @@ pub mod fault;
 mod sim;
 mod snapshot;
 mod stats;
+mod suballoc;
 pub mod trace;
 mod types;
 
@@ -55,6 +56,9 @@ pub use error::{Error, OomInfo, Result, UsageConflict};
 pub use sim::{SimSegment, SimulatedDevice};
 pub use snapshot::{Leak, Snapshot, SnapshotBlock, SnapshotSegment, SnapshotState, leak_report};
 pub use stats::{Counters, PoolReport, PoolStats, Stat, Stats};
+#[cfg(not(target_arch = "wasm32"))]
+pub use suballoc::DeviceBlocks;
+pub use suballoc::Suballocation;
 pub use trace::{ReplayReport, Trace, replay, replay_relocatable, replay_submitting};
 pub use types::{Allocation, BlockId, Moved, Request, SegmentClass, SegmentId};
 

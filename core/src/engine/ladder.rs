@@ -177,14 +177,14 @@ impl<B: Backend> Engine<B> {
             self.trim_cache();
             return Ok(Planned::Hit(a));
         }
-        let mut size = self.segment_size(rounded, class);
+        let mut size = self.segment_size(pool, rounded, class);
         let mut retried = false;
         // Hard limit: release cached segments, then shrink the segment to the request.
         if let Some(limit) = self.limit
             && self.held() + size > limit
         {
             if self.held() + rounded <= limit {
-                size = self.fit(size, rounded, limit);
+                size = self.fit(pool, size, rounded, limit);
             } else {
                 let hopeless = self.over_limit_with_cache_released(rounded);
                 // Releasing cannot make room: a cached block of any class
@@ -212,7 +212,7 @@ impl<B: Backend> Engine<B> {
                 if self.held() + rounded > limit {
                     return Err(self.oom(req.size, false));
                 }
-                size = self.fit(size, rounded, limit);
+                size = self.fit(pool, size, rounded, limit);
             }
         }
         // Soft headroom: keep reserved within (1 + h) × peak allocated.
@@ -220,7 +220,7 @@ impl<B: Backend> Engine<B> {
             && self.held() + size > target
         {
             if size > rounded && self.held() + rounded <= target {
-                size = self.fit(size, rounded, target);
+                size = self.fit(pool, size, rounded, target);
             } else if self.config.pack_before_release
                 && cached
                 && self.recreated
@@ -403,10 +403,10 @@ impl<B: Backend> Engine<B> {
     }
 
     /// The largest aligned segment size in `rounded..=size` that keeps what is
-    /// held under `cap`.
-    fn fit(&self, size: u64, rounded: u64, cap: u64) -> u64 {
+    /// held under `cap`, fitted to the device's blocks (`fitted_trim`).
+    fn fit(&self, pool: u16, size: u64, rounded: u64, cap: u64) -> u64 {
         let room = cap.saturating_sub(self.held()) & !(self.config.alignment - 1);
-        room.min(size).max(rounded)
+        self.fitted_trim(pool, room.min(size).max(rounded), rounded)
     }
 
     /// Reserves `bytes` in one pinned segment of the default pool.

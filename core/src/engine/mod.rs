@@ -9,6 +9,8 @@
 //!   split on take and coalesce on free;
 //! - `placement.rs` — size classes, segment sizes and which cached block may
 //!   serve a request;
+//! - `device.rs` — segment sizes fitted to the blocks of the device's own
+//!   allocator, from a model of them ([`Backend::suballocation`]);
 //! - `ladder.rs` — a missed request's segment: sizing it under the limits,
 //!   and the steps after a device refusal ([`SegmentPlan`]);
 //! - `release.rs` — giving segments back: limits, cache limit, `empty_cache`;
@@ -24,6 +26,7 @@
 //! counters (and the cache a retry released).
 
 mod deferred;
+mod device;
 mod follow;
 mod free_index;
 mod inspect;
@@ -137,6 +140,10 @@ pub struct Engine<B: Backend> {
     relocatable_live: u64,
     /// Blocks moved since the caller last took them ([`Engine::take_moves`]).
     moves: Vec<crate::types::Moved>,
+    /// A model of the device allocator's blocks, one per kind of memory the
+    /// backend sub-allocates segments in (`Backend::suballocation`).
+    #[cfg(not(target_arch = "wasm32"))]
+    device: crate::suballoc::DeviceModels,
 }
 
 impl<B: Backend> Engine<B> {
@@ -186,6 +193,8 @@ impl<B: Backend> Engine<B> {
             follow_stats: FollowStats::default(),
             relocatable_live: 0,
             moves: Vec::new(),
+            #[cfg(not(target_arch = "wasm32"))]
+            device: Default::default(),
         };
         engine.limit = engine.resolve_limit(engine.config.limit)?;
         if let Growth::Preallocate(bytes) = engine.config.growth {

@@ -287,9 +287,9 @@ impl<B: Backend> Engine<B> {
         round_up((held as f64 * p.small_segment_growth) as u64, base).clamp(base, cap.max(base))
     }
 
-    /// The size of a new segment of `class` for a request of `rounded` bytes,
-    /// before the limits are applied.
-    pub(super) fn segment_size(&self, rounded: u64, class: SegmentClass) -> u64 {
+    /// The size of a new segment of `class` for a request of `rounded` bytes
+    /// in `pool`, before the limits are applied.
+    pub(super) fn segment_size(&self, pool: u16, rounded: u64, class: SegmentClass) -> u64 {
         let s = match class {
             SegmentClass::Small => self.grown_small_segment().max(rounded),
             SegmentClass::Medium => {
@@ -316,6 +316,12 @@ impl<B: Backend> Engine<B> {
             }
             SegmentClass::Large => round_up(rounded, self.placement().large_rounding.max(1)),
             SegmentClass::Exclusive | SegmentClass::Preallocated | SegmentClass::Planned => rounded,
+        };
+        let s = match class {
+            SegmentClass::Small | SegmentClass::Medium | SegmentClass::Large => {
+                self.fitted(pool, s)
+            }
+            _ => s,
         };
         // Whole alignment units (a profile's sizes need not be), so every
         // block's offset stays aligned; never above the largest buffer.

@@ -279,6 +279,7 @@ impl<B: Backend> Engine<B> {
             label: None,
             relocatable: false,
         });
+        self.device_place(pool, index, size);
         self.segments[index as usize] = Some(Segment {
             payload,
             size,
@@ -563,6 +564,7 @@ impl<B: Backend> Engine<B> {
             b = block.next;
         }
         self.vacant_segments.push(i);
+        self.device_remove(s.pool, i);
         for st in [&mut self.total, &mut self.pools[pool].stats] {
             st.reserved_bytes.sub(s.size);
             st.cached_bytes.sub(s.size - s.pending);
