@@ -6,7 +6,7 @@
 //! cargo run -p vrampool --example compute      # WGPU_BACKEND=gl picks OpenGL
 //! ```
 
-use vrampool::{AllocDesc, BindingUse as Use, BlockUse, Pool, PoolOptions};
+use vrampool::{AllocDesc, BindingUse as Use, BlockUse};
 
 #[path = "common/mod.rs"]
 mod common;
@@ -28,7 +28,7 @@ fn main(@builtin(global_invocation_id) id: vec3<u32>) {
 /// Runs `output = input * 2 + 1` over 4096 floats; returns the output.
 fn run() -> Result<Vec<f32>, Box<dyn std::error::Error>> {
     let (device, queue) = common::device()?;
-    let pool = Pool::new(device, queue, PoolOptions::default())?;
+    let pool = common::pool(device, queue)?;
     let n = 4096u32;
     let bytes = 4 * n as u64;
 

@@ -11,7 +11,7 @@
 //! cargo run -p vrampool --example frame_loop   # WGPU_BACKEND=gl picks OpenGL
 //! ```
 
-use vrampool::{AllocDesc, Pool, PoolOptions};
+use vrampool::AllocDesc;
 
 #[path = "common/mod.rs"]
 mod common;
@@ -48,7 +48,7 @@ struct Report {
 
 fn run() -> Result<Report, Box<dyn std::error::Error>> {
     let (device, queue) = common::device()?;
-    let pool = Pool::new(device, queue, PoolOptions::default())?;
+    let pool = common::pool(device, queue)?;
     let device = pool.device().clone();
     let bytes = 4 * N as u64;
     let state = pool.alloc(

@@ -8,7 +8,7 @@
 //! cargo run -p vrampool --example render       # WGPU_BACKEND=gl picks OpenGL
 //! ```
 
-use vrampool::{AllocDesc, Pool, PoolOptions};
+use vrampool::AllocDesc;
 
 #[path = "common/mod.rs"]
 mod common;
@@ -29,7 +29,7 @@ struct Report {
 
 fn run() -> Result<Report, Box<dyn std::error::Error>> {
     let (device, queue) = common::device()?;
-    let pool = Pool::new(device, queue, PoolOptions::default())?;
+    let pool = common::pool(device, queue)?;
     let device = pool.device().clone();
 
     // A quad over the left half of the target, as two triangles.

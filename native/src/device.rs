@@ -83,7 +83,8 @@ pub enum Hints {
 }
 
 impl Hints {
-    fn wgpu(self) -> wgpu::MemoryHints {
+    /// The hints themselves.
+    pub fn wgpu(self) -> wgpu::MemoryHints {
         match self {
             Hints::Pool => vrampool::pool_memory_hints(),
             Hints::Performance => wgpu::MemoryHints::Performance,

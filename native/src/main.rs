@@ -70,8 +70,10 @@ pub struct Common {
     /// more than the pool's peak reserved; `pool` (vrampool::pool_memory_hints)
     /// asks for 4 MiB blocks, so a segment above 4 MiB is memory of its own and
     /// the device holds close to what the pool reserves, at a device allocation
-    /// per segment (BENCHMARKS.md); `memory-usage` is wgpu's 8–64 MiB.
-    /// Default: performance.
+    /// per segment (BENCHMARKS.md); `memory-usage` is wgpu's 8–64 MiB. On
+    /// Vulkan the vrampool policy sizes new segments to the blocks of these
+    /// hints (vrampool::Config::fit_device_blocks; `--set
+    /// fit_device_blocks=false` turns that off). Default: performance.
     #[arg(long, global = true, value_enum)]
     pub memory_hints: Option<device::Hints>,
     /// Use the simulated device instead of a GPU (figures are the same; no driver needed).

@@ -253,6 +253,7 @@ pub fn command(a: &WorkloadArgs, c: &Common) -> Result<ExitCode> {
                     limit: a.budget.map(Limit::Bytes),
                     ..Config::default()
                 },
+                memory_hints: c.hints().wgpu(),
                 ..PoolOptions::default()
             },
         )

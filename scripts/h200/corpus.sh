@@ -4,7 +4,8 @@
 # timing per trace (vrampool, pytorch, and the vrampool policy before this
 # session's change, each with nvidia-smi; SUBMIT=N adds --submit-every N to
 # every replay; RUNS entries may be policy@hints, see
-# `--memory-hints`), the GPU tests that need a driver
+# `--memory-hints`, or vrampool+FIELD=VALUE[+FIELD=VALUE] for the default with
+# `--set` changes), the GPU tests that need a driver
 # with a memory budget. Every replay is its own process, results appended as
 # they finish, so a timeout loses only what had not run.
 set -o pipefail
@@ -59,6 +60,10 @@ for t in ${TRACES:-$(ls -S -r data/traces/*.csv.gz data/traces/heldout/*.csv.gz)
     elif [ $p0 = ceiling ]; then
       [ -z "${LIMIT:-}" ] && { echo "a ceiling run needs LIMIT (e.g. 1.5x)" >> $OUT/log.txt; continue; }
       bin=$B; pol=vrampool; extra+=(--ceiling);
+    elif [ "${p0%%+*}" = vrampool ] && [ "$p0" != vrampool ]; then
+      # vrampool+FIELD=VALUE[+FIELD=VALUE...]: the default with --set changes.
+      bin=$B; pol=vrampool; IFS=+ read -ra sets <<< "${p0#vrampool+}"
+      for kv in "${sets[@]}"; do extra+=(--set "$kv"); done
     else bin=$B; pol=$p0; fi
     echo "== $t ÷$s $p $(date +%T)" >> $OUT/log.txt
     # Exit 3 is a replay that ran out of memory (2 before 2026-12-06, when it

@@ -23,6 +23,15 @@ pub fn device() -> Result<(wgpu::Device, wgpu::Queue), String> {
     .map_err(|e| format!("no device: {e}"))
 }
 
+/// A pool over `device`, told the hints [`device`] opened it with.
+pub fn pool(device: wgpu::Device, queue: wgpu::Queue) -> Result<vrampool::Pool, vrampool::Error> {
+    let options = vrampool::PoolOptions {
+        memory_hints: vrampool::pool_memory_hints(),
+        ..Default::default()
+    };
+    vrampool::Pool::new(device, queue, options)
+}
+
 /// Maps a pool staging block after its copy was submitted and returns its bytes.
 pub fn read(pool: &vrampool::Pool, staging: &vrampool::PoolBuffer) -> Vec<u8> {
     staging

@@ -10,6 +10,7 @@ use super::lock::shielded;
 use crate::error::Result;
 use crate::fault::{Fault, Faults};
 
+use super::blocks::DeviceAllocator;
 use super::desc::mappable;
 
 /// The engine's [`Backend`] over a `wgpu::Device`.
@@ -23,6 +24,9 @@ pub struct WgpuBackend {
     faults: Option<Faults>,
     /// Where moved blocks' copies go (see [`WgpuBackend::with_moves`]).
     moves: Option<Moves>,
+    /// How wgpu's allocator holds the segments (see
+    /// [`WgpuBackend::with_memory_hints`]).
+    allocator: Option<DeviceAllocator>,
 }
 
 /// The queue that copies moved blocks, and the batch being recorded.
@@ -156,7 +160,28 @@ impl WgpuBackend {
             lost,
             faults: None,
             moves: None,
+            // wgpu's default hints, if the device's blocks may be theirs.
+            allocator: DeviceAllocator::of(device, &wgpu::MemoryHints::Performance)
+                .ok()
+                .flatten(),
         }
+    }
+
+    /// The same backend over a device opened with `hints`
+    /// (`DeviceDescriptor::memory_hints`; [`WgpuBackend::new`] takes wgpu's
+    /// default, `Performance`): on Vulkan they say in which blocks wgpu's
+    /// allocator places the segments, which the engine sizes new segments to
+    /// ([`Config::fit_device_blocks`](crate::Config::fit_device_blocks)).
+    /// wgpu cannot be asked which hints a device has.
+    /// Where wgpu's allocator already holds blocks those hints never make
+    /// (a device opened with other hints), segments are not fitted, and a
+    /// `tracing` warning says so.
+    pub fn with_memory_hints(mut self, hints: &wgpu::MemoryHints) -> Self {
+        self.allocator = DeviceAllocator::of(&self.device, hints).unwrap_or_else(|why| {
+            tracing::warn!("vrampool: {why}");
+            None
+        });
+        self
     }
 
     /// The same backend copying moved blocks on `queue`, so an engine over it
@@ -412,6 +437,10 @@ impl Backend for WgpuBackend {
 
     fn max_segment_size(&self) -> u64 {
         self.max_buffer_size
+    }
+
+    fn suballocation(&self, usage: u32) -> Option<crate::Suballocation> {
+        self.allocator.map(|a| a.for_usage(usage))
     }
 
     fn capacity(&self) -> Option<u64> {

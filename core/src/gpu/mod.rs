@@ -5,6 +5,8 @@
 //! [`BindingUse`]) and commands that run only when submitted ([`Reuse`]).
 //!
 //! - `backend.rs` — [`WgpuBackend`]: segments inside error scopes, device loss.
+//! - `blocks.rs` — how wgpu's own allocator holds the segments, from the
+//!   device's memory hints (what [`crate::Backend::suballocation`] reports).
 //! - `desc.rs` — [`AllocDesc`], [`Access`], [`Sharing`]: description → engine request.
 //! - `pool.rs` — [`Pool`], [`PoolOptions`], [`Reuse`]: allocation, submits, figures.
 //! - `handle.rs` — [`PoolBuffer`], [`WeakBuffer`], [`BufferBlock`].
@@ -21,6 +23,7 @@
 //!   allocator does not share its blocks among the pool's segments.
 
 mod backend;
+mod blocks;
 mod desc;
 mod front;
 mod handle;
@@ -49,7 +52,9 @@ pub use usage::{BindingUse, BlockUse};
 /// a device allocation per segment, slower than a place in a block wgpu
 /// already holds; small segments still share 4 MiB blocks, and wgpu keeps one
 /// block after [`Pool::empty_cache`](crate::Pool::empty_cache). Metal and GL
-/// ignore the hints. BENCHMARKS.md has the H200 figures.
+/// ignore the hints. BENCHMARKS.md has the H200 figures. Give the pool the
+/// same hints ([`PoolOptions::memory_hints`](crate::PoolOptions::memory_hints)):
+/// it sizes segments to the blocks they make.
 ///
 /// ```
 /// let desc = wgpu::DeviceDescriptor {

@@ -63,6 +63,13 @@ pub struct PoolOptions {
     /// For tests: device refusals to inject (see [`crate::fault`]); they take
     /// the path wgpu's error scopes take, natively and in the browser.
     pub faults: Option<Faults>,
+    /// The memory hints the device was opened with
+    /// (`DeviceDescriptor::memory_hints`; wgpu's default, and this one's, is
+    /// `Performance`). wgpu cannot be asked; on Vulkan they say in which
+    /// blocks its allocator places the pool's segments, which the pool sizes
+    /// new segments to ([`Config::fit_device_blocks`]). With
+    /// [`pool_memory_hints`](crate::pool_memory_hints), pass those.
+    pub memory_hints: wgpu::MemoryHints,
 }
 
 impl Default for PoolOptions {
@@ -73,6 +80,7 @@ impl Default for PoolOptions {
             reuse: Reuse::AfterSubmit,
             front_cache: true,
             faults: None,
+            memory_hints: wgpu::MemoryHints::Performance,
         }
     }
 }
@@ -416,7 +424,9 @@ impl Pool {
             config.default_usage = READ_WRITE_USAGE.bits();
         }
         // Moves only ever touch blocks allocated movable (`Pool::alloc_movable`).
-        let mut backend = WgpuBackend::new(&device, config.capacity).with_moves(&queue);
+        let mut backend = WgpuBackend::new(&device, config.capacity)
+            .with_memory_hints(&options.memory_hints)
+            .with_moves(&queue);
         if let Some(faults) = options.faults {
             backend = backend.with_faults(faults);
         }

@@ -69,6 +69,7 @@ pub fn command(a: &BenchArgs, c: &Common) -> Result<ExitCode> {
         for reuse in [vrampool::Reuse::AfterSubmit, vrampool::Reuse::Immediate] {
             let options = vrampool::PoolOptions {
                 reuse,
+                memory_hints: c.hints().wgpu(),
                 ..vrampool::PoolOptions::default()
             };
             let pool = vrampool::Pool::new(device.clone(), queue.clone(), options)?;

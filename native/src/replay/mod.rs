@@ -408,8 +408,11 @@ pub fn command(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
                                 .map(|r| (0, r.total_allocated_bytes, r.total_reserved_bytes));
                         }
                     };
+                    let hints = c.hints().wgpu();
                     let mut make = || {
-                        let backend = WgpuBackend::new(device, None);
+                        // Segments fitted to the blocks of the hints the
+                        // device was opened with (Config::fit_device_blocks).
+                        let backend = WgpuBackend::new(device, None).with_memory_hints(&hints);
                         Ok(if a.relocatable {
                             backend.with_moves(queue)
                         } else {
