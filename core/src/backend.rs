@@ -78,7 +78,9 @@ pub trait Backend {
     /// gpu-allocator). The engine then keeps a model of those blocks and, with
     /// [`Config::fit_device_blocks`](crate::Config::fit_device_blocks), sizes
     /// a new segment to the gap the device would put it in. `None` (the
-    /// default): every segment is device memory of its own.
+    /// default): nothing is known of it (every segment taken as device memory
+    /// of its own; wgpu's DX12 backend sub-allocates too, but is not
+    /// modelled).
     fn suballocation(&self, usage: u32) -> Option<crate::Suballocation> {
         let _ = usage;
         None

@@ -430,8 +430,8 @@ pub struct Config {
     /// made more device memory and churn on the corpus: 4 886 against 4 684
     /// estimated ms, `data/lab/device-blocks`). Not under a budget (its segments are exact by design),
     /// and nothing on a backend that reports no sub-allocation (the plain
-    /// simulated device, Metal, GL, the browser; wasm32 builds leave it
-    /// out). On by default; off in [`Config::pytorch`]. BENCHMARKS.md, "What
+    /// simulated device, Metal, GL, the browser; DX12, which sub-allocates
+    /// but is not modelled; wasm32 builds leave it out). On by default; off in [`Config::pytorch`]. BENCHMARKS.md, "What
     /// wgpu's allocator does with the segments", has the H100 figures. A
     /// configuration saved without the field reads as `true`.
     #[serde(default = "yes")]

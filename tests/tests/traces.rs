@@ -485,18 +485,19 @@ fn under_the_default_hints_fitted_segments_keep_the_device_near_the_pool() {
     // resnet_train on the test device opened with wgpu's default hints,
     // where wgpu's allocator places every buffer up to a block's size in
     // shared blocks, freed only once empty: 64–128 MiB on lavapipe (its
-    // memory is host-visible), 128–256 MiB on a discrete GPU, so ÷4 there
-    // (745 MiB live) and as recorded here. Unfitted, the soft headroom
+    // memory is host-visible), 128–256 MiB on a discrete GPU (its first
+    // block, made with the device, says which), so ÷4 there (745 MiB live)
+    // and as recorded here. Unfitted, the soft headroom
     // releases segments beside live ones (freeing no block) and makes larger
     // ones (each a new block): the device holds far more than the pool
     // reserves. Fitted to the blocks the device sets aside
     // (Config::fit_device_blocks), what it holds stays near the pool's peak.
-    let (_, _, info) = vrampool_tests::device();
-    let scale = if info.device_type == wgpu::DeviceType::DiscreteGpu {
-        1
-    } else {
-        4
-    };
+    let (device, _, _) = vrampool_tests::device();
+    let first_block = device
+        .generate_allocator_report()
+        .and_then(|r| r.blocks.iter().map(|b| b.size).max())
+        .unwrap_or(0);
+    let scale = if first_block >= 128 << 20 { 1 } else { 4 };
     let t = load("resnet_train").scaled(scale);
     let hints = wgpu::MemoryHints::default;
     let Some((device_off, pool_off)) = device_and_pool_peaks(&t, hints(), unfitted()) else {

@@ -9,6 +9,9 @@ use wgpu::BufferUsages as U;
 
 const MIB: u64 = 1 << 20;
 
+/// wgpu-core's `ZERO_BUFFER_SIZE`: the zero buffer every device holds.
+const ZERO_BUFFER: u64 = 512 << 10;
+
 /// Which memory a segment of some usage is made in, and its blocks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct DeviceAllocator {
@@ -48,22 +51,53 @@ impl DeviceAllocator {
                 suballocated_device_memory_block_size: r,
             } => ((r.start, r.end), (r.start / 2, r.end / 2)),
         };
+        let contradicted = || {
+            format!(
+                "wgpu's allocator holds blocks that memory hints {hints:?} do not make: segments \
+                 are not fitted to them (pass the hints the device was opened with in \
+                 PoolOptions::memory_hints)"
+            )
+        };
+        let device_sizes = Suballocation::new(device_blocks.0, device_blocks.1, 0);
+        let host_sizes = Suballocation::new(host_blocks.0, host_blocks.1, 0);
         // gpu-allocator sizes a memory type's blocks by whether it is host
-        // visible. A discrete GPU's device-local memory is not; an integrated
-        // GPU's and a CPU device's (lavapipe) is, so their `GpuOnly` buffers
-        // take host-sized blocks too.
-        let unified = matches!(
-            info.device_type,
-            wgpu::DeviceType::IntegratedGpu | wgpu::DeviceType::Cpu
-        );
+        // visible, and puts a device-local buffer in the first memory type
+        // that is device-local: host visible on some devices (lavapipe, many
+        // integrated GPUs), not on others (discrete GPUs, some integrated
+        // ones). wgpu's own zero buffer (`ZERO_BUFFER_SIZE`, 512 KiB), made
+        // with every device, sits in the first block of that type, whose
+        // size then says which (and the hints are the caller's word, wgpu
+        // cannot be asked: a first block neither size says they are wrong).
+        // Without a report to read, the device type decides.
+        let report = device.generate_allocator_report();
+        let first = report.as_ref().and_then(|r| {
+            r.blocks
+                .iter()
+                .find(|b| {
+                    r.allocations
+                        .get(b.allocations.clone())
+                        .unwrap_or_default()
+                        .iter()
+                        .any(|a| a.size == ZERO_BUFFER && a.name.contains("zero init"))
+                })
+                .map(|b| b.size)
+        });
+        let unified = match first {
+            Some(size) if size == device_sizes.min_block() => false,
+            Some(size) if size == host_sizes.min_block() => true,
+            Some(_) => return Err(contradicted()),
+            None => matches!(
+                info.device_type,
+                wgpu::DeviceType::IntegratedGpu | wgpu::DeviceType::Cpu
+            ),
+        };
         let (gpu_min, gpu_max) = if unified { host_blocks } else { device_blocks };
-        // wgpu-core makes a 512 KiB zero buffer (`ZERO_BUFFER_SIZE`) in
-        // device-local memory with every device, so its first block exists,
-        // and a few hundred bytes more sat beside it on the H100: with the
-        // head at 512 KiB a segment fitted to the rest of that block took a
-        // new one instead (llm_decode, BENCHMARKS.md). A head larger than the
-        // truth costs a sliver; a smaller one, a block.
-        let gpu = Suballocation::new(gpu_min, gpu_max, 0).with_head(1 << 20);
+        // The zero buffer holds the first block's first 512 KiB, and on the
+        // H100 a few hundred bytes more sat beside it: with the head at 512
+        // KiB a segment fitted to the rest of that block took a new one
+        // instead (llm_decode, BENCHMARKS.md). A head larger than the truth
+        // costs a sliver; a smaller one, a block.
+        let gpu = Suballocation::new(gpu_min, gpu_max, 0).with_head(2 * ZERO_BUFFER);
         let allocator = if unified {
             // Such a device may have one memory type for every location
             // (lavapipe has): its mappable segments share the same blocks.
@@ -79,19 +113,14 @@ impl DeviceAllocator {
                 readback: Suballocation::new(host_blocks.0, host_blocks.1, 2),
             }
         };
-        // The hints are the caller's word (wgpu cannot be asked). Its
-        // allocator's report can show them wrong: a device opened with
-        // `pool_memory_hints()` holds 4 MiB blocks, which wgpu's default hints
-        // never make; segments fitted to 256 MiB blocks there would each be
-        // memory of their own, up to half of it unused.
-        if let Some(report) = device.generate_allocator_report()
-            && !allocator.explains(&report)
+        // Every other block must be one these hints make too, or a buffer's
+        // own memory: a device opened with `pool_memory_hints()` holds 4 MiB
+        // blocks, where segments fitted to 256 MiB blocks would each be memory
+        // of their own, up to half of it unused.
+        if let Some(report) = &report
+            && !allocator.explains(report)
         {
-            return Err(format!(
-                "wgpu's allocator holds blocks that memory hints {hints:?} do not make: segments \
-                 are not fitted to them (pass the hints the device was opened with in \
-                 PoolOptions::memory_hints)"
-            ));
+            return Err(contradicted());
         }
         Ok(Some(allocator))
     }
