@@ -34,6 +34,13 @@ if [ ${#need[@]} -gt 0 ]; then
   $sudo_ apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo_ apt-get install -y -qq "${need[@]}" >/dev/null
 fi
+# playwright-core 1.64 (tests/browser) runs on Node 20 or later (its engines
+# field); Debian 12's own nodejs is 18, so say so here rather than fail in it.
+node_major=$(node -p 'process.versions.node.split(".")[0]')
+if [ "$node_major" -lt 20 ]; then
+  echo "scripts/test.sh: the page's end-to-end test needs Node.js 20 or later (playwright-core 1.64); this machine has $(node --version). Install a newer nodejs (e.g. Debian's bookworm-backports, or nodejs.org's packages) and run this again." >&2
+  exit 1
+fi
 if ! rustup target list --installed | grep -qx wasm32-unknown-unknown; then
   rustup target add wasm32-unknown-unknown
 fi
