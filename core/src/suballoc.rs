@@ -105,11 +105,10 @@ impl Suballocation {
 
     /// Whether a shared block of `size` bytes is one of these.
     pub fn is_block_size(&self, size: u64) -> bool {
-        (0..8).any(|k| (self.min_block << k).min(self.max_block) == size)
+        (0..8).any(|k| self.block_after(k) == size)
     }
 
     /// The size of the block made after `blocks` shared ones.
-    #[cfg(not(target_arch = "wasm32"))]
     fn block_after(&self, blocks: usize) -> u64 {
         (self.min_block << blocks.min(7)).min(self.max_block)
     }

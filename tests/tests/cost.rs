@@ -279,10 +279,9 @@ struct Blocks {
 }
 
 fn blocks_of(trace: &str, scale: u64, config: vrampool::Config) -> Blocks {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../data/traces");
     let path = [
-        root.join(format!("{trace}.csv.gz")),
-        root.join(format!("heldout/{trace}.csv.gz")),
+        vrampool_tests::trace_path(trace),
+        vrampool_tests::trace_path(&format!("heldout/{trace}")),
     ]
     .into_iter()
     .find(|p| p.exists())

@@ -11,27 +11,28 @@ use super::Engine;
 
 #[cfg(not(target_arch = "wasm32"))]
 impl<B: Backend> Engine<B> {
-    /// What the device sets aside for a new segment of `size` bytes in
-    /// `pool`, with its allocator's largest block, where segments are fitted
-    /// to the device's blocks ([`Config::fit_device_blocks`]; not under a
+    /// How the device's allocator holds the segments of `pool`, where they
+    /// are fitted to its blocks ([`Config::fit_device_blocks`]; not under a
     /// budget).
-    fn device_fit(&self, pool: u16, size: u64) -> Option<(u64, u64)> {
+    fn fitting(&self, pool: u16) -> Option<crate::Suballocation> {
         if !self.config.fit_device_blocks || self.under_budget() {
             return None;
         }
-        let sizes = self
-            .backend
-            .suballocation(self.pools[pool as usize].usage)?;
-        let fit = self.device.fit(sizes, size);
-        Some((fit & !(self.config.alignment - 1), sizes.max_block()))
+        self.backend.suballocation(self.pools[pool as usize].usage)
+    }
+
+    /// What the device sets aside for a new segment of `size` bytes held as
+    /// `sizes` says, in whole alignment units.
+    fn device_fit(&self, sizes: crate::Suballocation, size: u64) -> u64 {
+        self.device.fit(sizes, size) & !(self.config.alignment - 1)
     }
 
     /// A new segment of `size` bytes in `pool` fitted to the device's
     /// blocks: if it is above a quarter of the largest block and at most
     /// one, the bytes the device would set aside for it.
     pub(super) fn fitted(&self, pool: u16, size: u64) -> u64 {
-        match self.device_fit(pool, size) {
-            Some((fit, largest)) if size > largest / 4 && size <= largest => fit.max(size),
+        match self.fitting(pool) {
+            Some(sizes) if fits_a_block(sizes, size) => self.device_fit(sizes, size).max(size),
             _ => size,
         }
     }
@@ -42,11 +43,13 @@ impl<B: Backend> Engine<B> {
     /// block and at most one, the range the device would give the request
     /// alone, if that is no larger.
     pub(super) fn fitted_trim(&self, pool: u16, trimmed: u64, rounded: u64) -> u64 {
-        match self.device_fit(pool, trimmed) {
-            Some((_, largest)) if trimmed > largest / 4 && trimmed <= largest => {
-                match self.device_fit(pool, rounded) {
-                    Some((fit, _)) if fit <= trimmed => fit.max(rounded),
-                    _ => trimmed,
+        match self.fitting(pool) {
+            Some(sizes) if fits_a_block(sizes, trimmed) => {
+                let fit = self.device_fit(sizes, rounded);
+                if fit <= trimmed {
+                    fit.max(rounded)
+                } else {
+                    trimmed
                 }
             }
             _ => trimmed,
@@ -68,6 +71,13 @@ impl<B: Backend> Engine<B> {
             self.device.remove(sizes, index);
         }
     }
+}
+
+/// Whether a segment of `size` is fitted to blocks of `sizes`: above a
+/// quarter of the largest block and at most one.
+#[cfg(not(target_arch = "wasm32"))]
+fn fits_a_block(sizes: crate::Suballocation, size: u64) -> bool {
+    size > sizes.max_block() / 4 && size <= sizes.max_block()
 }
 
 /// wasm32: a browser's WebGPU tells nothing of its allocator, and the page's

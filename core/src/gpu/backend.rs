@@ -122,6 +122,15 @@ fn classify(oom: Option<wgpu::Error>, validation: Option<wgpu::Error>) -> Result
     }
 }
 
+/// The allocator under `device` opened with `hints`, as the caller says; a
+/// `tracing` warning where wgpu's allocator report contradicts them.
+fn told(device: &wgpu::Device, hints: &wgpu::MemoryHints) -> Option<DeviceAllocator> {
+    DeviceAllocator::of(device, hints).unwrap_or_else(|why| {
+        tracing::warn!("vrampool: {why}");
+        None
+    })
+}
+
 impl WgpuBackend {
     /// A backend over `device`, whose largest segment is the device's
     /// `max_buffer_size`. `capacity` is the device memory for
@@ -138,6 +147,29 @@ impl WgpuBackend {
     /// device identity that holds across instances, so the pools of one
     /// device cannot safely find each other to share it.)
     pub fn new(device: &wgpu::Device, capacity: Option<u64>) -> Self {
+        // wgpu's default hints, if the device's blocks may be theirs.
+        let allocator = DeviceAllocator::of(device, &wgpu::MemoryHints::Performance)
+            .ok()
+            .flatten();
+        Self::over(device, capacity, allocator)
+    }
+
+    /// [`WgpuBackend::new`] followed by [`WgpuBackend::with_memory_hints`],
+    /// reading wgpu's allocator report once.
+    pub(super) fn for_hints(
+        device: &wgpu::Device,
+        capacity: Option<u64>,
+        hints: &wgpu::MemoryHints,
+    ) -> Self {
+        Self::over(device, capacity, told(device, hints))
+    }
+
+    /// The backend over `device`, whose allocator `allocator` models.
+    fn over(
+        device: &wgpu::Device,
+        capacity: Option<u64>,
+        allocator: Option<DeviceAllocator>,
+    ) -> Self {
         let lost = Arc::<LostState>::default();
         let state = Arc::clone(&lost);
         device.set_device_lost_callback(move |reason, message| match reason {
@@ -160,10 +192,7 @@ impl WgpuBackend {
             lost,
             faults: None,
             moves: None,
-            // wgpu's default hints, if the device's blocks may be theirs.
-            allocator: DeviceAllocator::of(device, &wgpu::MemoryHints::Performance)
-                .ok()
-                .flatten(),
+            allocator,
         }
     }
 
@@ -177,10 +206,7 @@ impl WgpuBackend {
     /// (a device opened with other hints), segments are not fitted, and a
     /// `tracing` warning says so.
     pub fn with_memory_hints(mut self, hints: &wgpu::MemoryHints) -> Self {
-        self.allocator = DeviceAllocator::of(&self.device, hints).unwrap_or_else(|why| {
-            tracing::warn!("vrampool: {why}");
-            None
-        });
+        self.allocator = told(&self.device, hints);
         self
     }
 

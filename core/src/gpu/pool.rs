@@ -424,8 +424,7 @@ impl Pool {
             config.default_usage = READ_WRITE_USAGE.bits();
         }
         // Moves only ever touch blocks allocated movable (`Pool::alloc_movable`).
-        let mut backend = WgpuBackend::new(&device, config.capacity)
-            .with_memory_hints(&options.memory_hints)
+        let mut backend = WgpuBackend::for_hints(&device, config.capacity, &options.memory_hints)
             .with_moves(&queue);
         if let Some(faults) = options.faults {
             backend = backend.with_faults(faults);
