@@ -1132,3 +1132,109 @@ fn a_copy_between_two_blocks_of_one_buffer_goes_through_a_block_of_its_own() {
         assert_eq!(pool.stats().total.allocated_bytes.current, 0, "{reuse:?}");
     }
 }
+
+#[test]
+fn owners_sharing_a_segment_fitted_to_wgpus_blocks_bind_and_keep_their_bytes() {
+    // A segment above a quarter of the largest block of wgpu's own allocator
+    // is sized to the range that allocator sets aside for it
+    // (Config::fit_device_blocks, on by default where wgpu reports its
+    // blocks: Vulkan), so it is larger than its request and the next
+    // requests of its kind share it. One encoder records a dispatch over a
+    // uniform, a read-only input and a read-write output and another over
+    // their neighbours in the same two fitted segments; the second's output
+    // is dropped before the submit and its size asked for again, that
+    // owner's bytes staged by write_buffer (which runs ahead of the
+    // recorded passes). After the submit each owner holds its own bytes.
+    let (device, queue, _) = device();
+    // The block wgpu makes with the device is the first of its hints (64
+    // MiB on lavapipe, whose memory is host-visible; 128 MiB on a discrete
+    // GPU); the largest is twice that, and segments above a quarter of it
+    // are fitted.
+    let Some(first_block) = device
+        .generate_allocator_report()
+        .and_then(|r| r.blocks.iter().map(|b| b.size).max())
+    else {
+        eprintln!("skipped: this backend reports no allocator blocks, so nothing is fitted");
+        return;
+    };
+    let options = PoolOptions {
+        config: Config {
+            headroom: None,
+            ..Config::default()
+        },
+        ..Default::default()
+    };
+    let pool = Pool::new(device, queue, options).unwrap();
+    const MIB: u64 = 1 << 20;
+    let largest = 2 * first_block;
+    let (big, small) = (largest / 32 * 9, largest / 32 * 5);
+    let alloc = |size, access| {
+        pool.alloc(AllocDesc::storage(size).access(access).label("owner"))
+            .unwrap()
+    };
+    let uniform = pool
+        .alloc(AllocDesc::storage(16).usage(U::UNIFORM | U::COPY_DST))
+        .unwrap();
+    let input = alloc(big, Access::ReadOnly);
+    let output = alloc(big, Access::ReadWrite);
+    let input_2 = alloc(small, Access::ReadOnly);
+    let output_2 = alloc(small, Access::ReadWrite);
+    for (a, b) in [(&input, &input_2), (&output, &output_2)] {
+        assert!(
+            a.buffer().size() >= big + small,
+            "a {} MiB request's segment is {} MiB: not fitted to wgpu's blocks",
+            big / MIB,
+            a.buffer().size() / MIB
+        );
+        assert_eq!(
+            a.buffer(),
+            b.buffer(),
+            "the second owner shares the fitted segment"
+        );
+    }
+    let n = 1u32 << 20;
+    let q = pool.queue();
+    q.write_buffer(uniform.buffer(), uniform.offset(), &bytes(&[3, 7, n, 0]));
+    let data: Vec<u32> = (0..n).collect();
+    q.write_buffer(input.buffer(), input.offset(), &bytes(&data));
+    let data_2: Vec<u32> = (0..n).map(|i| i ^ 0x00ff_00ff).collect();
+    q.write_buffer(input_2.buffer(), input_2.offset(), &bytes(&data_2));
+    q.submit([]);
+    let scope = pool
+        .device()
+        .push_error_scope(wgpu::ErrorFilter::Validation);
+    let first = record_scale_pass(
+        pool.device(),
+        [uniform.binding(), input.binding(), output.binding()],
+        n,
+    );
+    let second = record_scale_pass(
+        pool.device(),
+        [uniform.binding(), input_2.binding(), output_2.binding()],
+        n,
+    );
+    drop(output_2);
+    let next = alloc(small, Access::ReadWrite);
+    let staged: Vec<u32> = (0..(small / 4) as u32)
+        .map(|i| 0xA5A5_0000 | (i & 0xffff))
+        .collect();
+    q.write_buffer(next.buffer(), next.offset(), &bytes(&staged));
+    pool.submit([first.finish(), second.finish()]);
+    let error = pollster::block_on(scope.pop()).map(|e| e.to_string());
+    assert_eq!(error, None, "wgpu refused a pass over the fitted segments");
+    // Words differing from what each owner should hold (a count, not the
+    // megabytes of both vectors, in the failure).
+    let differ = |block: &PoolBuffer, want: &[u32]| {
+        let got = words(&read_back(&pool, block));
+        got.iter().zip(want).filter(|(g, w)| g != w).count()
+    };
+    let scaled: Vec<u32> = data.iter().map(|x| x * 3 + 7).collect();
+    assert_eq!(differ(&output, &scaled), 0, "the dispatch's output");
+    assert_eq!(differ(&input_2, &data_2), 0, "the second input");
+    assert_eq!(
+        differ(&next, &staged),
+        0,
+        "the pass recorded over the dropped owner ran over the next owner's staged bytes"
+    );
+    pool.check_invariants().unwrap();
+}
