@@ -82,6 +82,20 @@ pub fn pool_with(config: vrampool::Config) -> vrampool::Pool {
     vrampool::Pool::new(device, queue, options).expect("a pool on the test device")
 }
 
+/// A request size just above a quarter of the largest block of wgpu's own
+/// allocator on `device` (opened with wgpu's default hints), so the pool
+/// fits its segment to the blocks (`Config::fit_device_blocks`): the block
+/// wgpu makes with the device is the first of its hints (64 MiB on lavapipe,
+/// whose memory is host-visible; 128 MiB on a discrete GPU) and the largest
+/// twice that, so 9/32 of it (36 or 72 MiB). `None` where the backend
+/// reports no blocks (GL), where nothing is fitted.
+pub fn fitted_request_size(device: &wgpu::Device) -> Option<u64> {
+    let first_block = device
+        .generate_allocator_report()
+        .and_then(|r| r.blocks.iter().map(|b| b.size).max())?;
+    Some(2 * first_block / 32 * 9)
+}
+
 /// Path to a trace in the repository's `data/traces`.
 pub fn trace_path(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

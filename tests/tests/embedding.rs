@@ -1146,14 +1146,7 @@ fn owners_sharing_a_segment_fitted_to_wgpus_blocks_bind_and_keep_their_bytes() {
     // owner's bytes staged by write_buffer (which runs ahead of the
     // recorded passes). After the submit each owner holds its own bytes.
     let (device, queue, _) = device();
-    // The block wgpu makes with the device is the first of its hints (64
-    // MiB on lavapipe, whose memory is host-visible; 128 MiB on a discrete
-    // GPU); the largest is twice that, and segments above a quarter of it
-    // are fitted.
-    let Some(first_block) = device
-        .generate_allocator_report()
-        .and_then(|r| r.blocks.iter().map(|b| b.size).max())
-    else {
+    let Some(big) = vrampool_tests::fitted_request_size(&device) else {
         eprintln!("skipped: this backend reports no allocator blocks, so nothing is fitted");
         return;
     };
@@ -1166,8 +1159,7 @@ fn owners_sharing_a_segment_fitted_to_wgpus_blocks_bind_and_keep_their_bytes() {
     };
     let pool = Pool::new(device, queue, options).unwrap();
     const MIB: u64 = 1 << 20;
-    let largest = 2 * first_block;
-    let (big, small) = (largest / 32 * 9, largest / 32 * 5);
+    let small = big / 9 * 5;
     let alloc = |size, access| {
         pool.alloc(AllocDesc::storage(size).access(access).label("owner"))
             .unwrap()

@@ -528,16 +528,19 @@ fn under_the_default_hints_fitted_segments_keep_the_device_near_the_pool() {
 
 #[test]
 fn a_pool_told_other_hints_than_the_devices_fits_nothing() {
-    // A 50 MiB tensor, no soft headroom. On a device opened with wgpu's
-    // default hints and a pool told so, its segment is fitted to the range
-    // wgpu's allocator sets aside (the rest of the first block). On a device
-    // opened with pool_memory_hints() (4 MiB blocks) and a pool told the
-    // default, the allocator's report contradicts the pool: no fit, the
-    // segment is the request's size (fitted to a block those hints never
-    // make, it would be memory of its own and the rest unused).
+    // A tensor just above a quarter of the largest block wgpu's default
+    // hints make, no soft headroom. On a device opened with those hints and
+    // a pool told so, its segment is fitted to the range wgpu's allocator
+    // sets aside (the rest of the first block). On a device opened with
+    // pool_memory_hints() (4 MiB blocks) and a pool told the default, the
+    // allocator's report contradicts the pool: no fit, the segment is the
+    // request's size (fitted to a block those hints never make, it would be
+    // memory of its own and the rest unused).
+    let Some(size) = vrampool_tests::fitted_request_size(&vrampool_tests::device().0) else {
+        return skipped_without_a_report();
+    };
     let segment = |opened: wgpu::MemoryHints| {
         let (device, queue, _) = vrampool_tests::device_with_hints(opened);
-        device.generate_allocator_report()?;
         let options = vrampool::PoolOptions {
             config: Config {
                 headroom: None,
@@ -547,16 +550,19 @@ fn a_pool_told_other_hints_than_the_devices_fits_nothing() {
         };
         let pool = vrampool::Pool::new(device, queue, options).unwrap();
         let _block = pool
-            .alloc(vrampool::AllocDesc::storage(50 << 20).read_write())
+            .alloc(vrampool::AllocDesc::storage(size).read_write())
             .unwrap();
-        Some(pool.stats().total.reserved_bytes.current)
+        pool.stats().total.reserved_bytes.current
     };
-    let Some(told_wrong) = segment(vrampool::pool_memory_hints()) else {
-        return skipped_without_a_report();
-    };
-    assert_eq!(told_wrong, 50 << 20);
-    let told_right = segment(wgpu::MemoryHints::default()).unwrap();
-    assert!(told_right > 50 << 20, "fitted: {} MiB", told_right >> 20);
+    let told_wrong = segment(vrampool::pool_memory_hints());
+    assert_eq!(told_wrong, size);
+    let told_right = segment(wgpu::MemoryHints::default());
+    assert!(
+        told_right > size,
+        "a {} MiB request's segment is {} MiB: not fitted",
+        size >> 20,
+        told_right >> 20
+    );
 }
 
 /// `Config::pytorch()` on the simulated device reproduces what PyTorch's own
