@@ -5,8 +5,9 @@
 //! browser. The embedding cases (a uniform, a read-only input and a
 //! read-write output in one dispatch; a temporary dropped before its encoder
 //! is submitted; a render pass drawing from pool vertices, indices and
-//! per-draw uniforms) are checked here as tests/tests/embedding.rs checks
-//! them natively.
+//! per-draw uniforms; a run following its recorded plan, `Pool::follow`,
+//! whose segments the browser makes synchronously) are checked here as
+//! tests/tests/embedding.rs checks them natively.
 #![cfg(target_arch = "wasm32")]
 
 use vrampool::{AllocDesc, Config, Error, Limit, Pool, PoolOptions};
@@ -111,6 +112,45 @@ fn main(@builtin(global_invocation_id) id: vec3<u32>) {
 }
 "#;
 
+/// An encoder, not submitted, with one dispatch of [`SCALE_WGSL`] over `n`
+/// words of `blocks` (uniform, read-only input, read-write output) in one
+/// bind group.
+fn record_scale(p: &Pool, blocks: [&vrampool::PoolBuffer; 3], n: u32) -> wgpu::CommandEncoder {
+    let device = p.device();
+    let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+        label: Some("scale"),
+        source: wgpu::ShaderSource::Wgsl(SCALE_WGSL.into()),
+    });
+    let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+        label: Some("scale"),
+        layout: None,
+        module: &module,
+        entry_point: Some("main"),
+        compilation_options: Default::default(),
+        cache: None,
+    });
+    let entries: Vec<wgpu::BindGroupEntry> = (0u32..)
+        .zip(blocks)
+        .map(|(binding, b)| wgpu::BindGroupEntry {
+            binding,
+            resource: b.binding(),
+        })
+        .collect();
+    let group = device.create_bind_group(&wgpu::BindGroupDescriptor {
+        label: Some("scale"),
+        layout: &pipeline.get_bind_group_layout(0),
+        entries: &entries,
+    });
+    let mut enc = device.create_command_encoder(&Default::default());
+    {
+        let mut pass = enc.begin_compute_pass(&Default::default());
+        pass.set_pipeline(&pipeline);
+        pass.set_bind_group(0, &group, &[]);
+        pass.dispatch_workgroups(n.div_ceil(64), 1, 1);
+    }
+    enc
+}
+
 #[wasm_bindgen_test]
 async fn a_dispatch_binds_a_uniform_a_read_only_input_and_a_read_write_output() {
     use wgpu::BufferUsages as U;
@@ -134,45 +174,8 @@ async fn a_dispatch_binds_a_uniform_a_read_only_input_and_a_read_write_output() 
     let data: Vec<u32> = (0..n).collect();
     p.queue()
         .write_buffer(input.buffer(), input.offset(), &words(&data));
-    let device = p.device();
-    let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
-    let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
-        label: Some("scale"),
-        source: wgpu::ShaderSource::Wgsl(SCALE_WGSL.into()),
-    });
-    let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-        label: Some("scale"),
-        layout: None,
-        module: &module,
-        entry_point: Some("main"),
-        compilation_options: Default::default(),
-        cache: None,
-    });
-    let group = device.create_bind_group(&wgpu::BindGroupDescriptor {
-        label: Some("scale"),
-        layout: &pipeline.get_bind_group_layout(0),
-        entries: &[
-            wgpu::BindGroupEntry {
-                binding: 0,
-                resource: uniform.binding(),
-            },
-            wgpu::BindGroupEntry {
-                binding: 1,
-                resource: input.binding(),
-            },
-            wgpu::BindGroupEntry {
-                binding: 2,
-                resource: output.binding(),
-            },
-        ],
-    });
-    let mut enc = device.create_command_encoder(&Default::default());
-    {
-        let mut pass = enc.begin_compute_pass(&Default::default());
-        pass.set_pipeline(&pipeline);
-        pass.set_bind_group(0, &group, &[]);
-        pass.dispatch_workgroups(n.div_ceil(64), 1, 1);
-    }
+    let scope = p.device().push_error_scope(wgpu::ErrorFilter::Validation);
+    let enc = record_scale(&p, [&uniform, &input, &output], n);
     p.queue().submit([enc.finish()]);
     let error = scope.pop().await;
     assert!(error.is_none(), "WebGPU refused the dispatch: {error:?}");
@@ -519,4 +522,72 @@ async fn a_render_pass_draws_from_pool_vertices_indices_and_per_draw_uniforms_ev
         2,
         "each frame's two uniforms reuse the first frame's two places: {places:?}"
     );
+}
+
+/// One step of a workload, as a page runs it: a uniform, an input and an
+/// output bound in one dispatch, and a temporary written, dropped before
+/// the submit. Returns WebGPU's validation error, if any, and whether the
+/// output holds `input * 3 + shift`.
+async fn scale_step(p: &Pool, shift: u32) -> (Option<String>, bool) {
+    use wgpu::BufferUsages as U;
+    let n = 4096u32;
+    let words = |w: &[u32]| -> Vec<u8> { w.iter().flat_map(|x| x.to_le_bytes()).collect() };
+    let uniform = p
+        .alloc_async(AllocDesc::storage(16).usage(U::UNIFORM | U::COPY_DST))
+        .await
+        .unwrap();
+    let input = p
+        .alloc_async(AllocDesc::storage(4 * n as u64).read_only())
+        .await
+        .unwrap();
+    let output = p
+        .alloc_async(AllocDesc::storage(4 * n as u64).read_write())
+        .await
+        .unwrap();
+    let temporary = p
+        .alloc_async(AllocDesc::storage(4 * n as u64).read_write())
+        .await
+        .unwrap();
+    let q = p.queue();
+    q.write_buffer(
+        uniform.buffer(),
+        uniform.offset(),
+        &words(&[3, shift, n, 0]),
+    );
+    let data: Vec<u32> = (0..n).map(|i| i ^ shift).collect();
+    q.write_buffer(input.buffer(), input.offset(), &words(&data));
+    q.write_buffer(temporary.buffer(), temporary.offset(), &words(&data));
+    drop(temporary);
+    let scope = p.device().push_error_scope(wgpu::ErrorFilter::Validation);
+    let enc = record_scale(p, [&uniform, &input, &output], n);
+    p.submit([enc.finish()]);
+    let error = scope.pop().await.map(|e| e.to_string());
+    let got = read(p, output.buffer(), output.offset(), 4 * n as u64).await;
+    let want = words(&data.iter().map(|x| x * 3 + shift).collect::<Vec<_>>());
+    (error, got == want)
+}
+
+#[wasm_bindgen_test]
+async fn a_run_following_its_recorded_plan_binds_the_planned_blocks_in_a_dispatch() {
+    // Pool::follow in the browser, where the plan's segments are made
+    // synchronously (as a preallocation's are) and taken unchecked: a step
+    // recorded, planned, the cache emptied, and the same step run again
+    // following the plan. The plan places every request of the step (the
+    // uniform in a pool of its own, the input and output in theirs, the
+    // temporary dropped before the submit), WebGPU accepts the dispatch
+    // over the planned blocks, and the output holds what the shader wrote.
+    let p = pool(None).await;
+    p.start_recording();
+    assert_eq!(scale_step(&p, 7).await, (None, true), "the recorded run");
+    let plan = p.plan_recording(&p.take_recording().unwrap()).unwrap();
+    p.empty_cache();
+    p.follow(&plan).unwrap();
+    assert_eq!(
+        scale_step(&p, 11).await,
+        (None, true),
+        "the run following the plan"
+    );
+    let followed = p.follow_stats();
+    assert_eq!((followed.placed, followed.unplaced), (4, 0), "{followed:?}");
+    p.check_invariants().unwrap();
 }
