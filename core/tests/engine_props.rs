@@ -1114,4 +1114,28 @@ fn a_plan_handed_to_another_engine_is_refused_there() {
     assert!(b.refused(p, DeviceError::OutOfMemory).is_err());
     assert_eq!(b.stats().total.reserved_bytes.current, 0);
     b.check_invariants().unwrap();
+    // Nothing is lost in the engine that made them: each plan, dropped by
+    // the engine that refused it, stopped counting against `a`'s limit.
+    // Before, the three 4 KiB plans stayed in `a`'s bytes in flight for
+    // good, and a request under a 8 KiB limit ran out of memory.
+    a.set_limit(Some(vrampool::Limit::Bytes(8192))).unwrap();
+    let block = a.allocate(Request::new(8192, 0)).unwrap();
+    assert_eq!(block.size, 8192);
+    a.check_invariants().unwrap();
+}
+
+#[test]
+fn a_plan_dropped_without_a_word_stops_counting_against_the_limit() {
+    // A caller's error path drops the plan instead of cancelling it.
+    let mut e = Engine::new(SimulatedDevice::new(1 << 30), Config::default()).unwrap();
+    e.set_limit(Some(vrampool::Limit::Bytes(1 << 20))).unwrap();
+    let Planned::Create(p) = e.plan(Request::new(1 << 20, 0)).unwrap() else {
+        unreachable!("nothing is cached")
+    };
+    // While the plan is out, its bytes count: a second request has no room.
+    assert!(e.allocate(Request::new(4096, 0)).is_err());
+    drop(p);
+    let a = e.allocate(Request::new(1 << 20, 0)).unwrap();
+    assert_eq!(a.size, 1 << 20);
+    e.check_invariants().unwrap();
 }

@@ -10,6 +10,9 @@
 //! [`Error`], and nothing a refused plan did is left in the figures but the
 //! retry and OOM counters and the cache it released.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use crate::backend::{Backend, DeviceError, SegmentDesc};
 use crate::error::{Error, Result};
 use crate::types::{Allocation, Request, SegmentClass};
@@ -29,8 +32,10 @@ pub enum Planned {
 }
 
 /// A segment the engine wants created for one request, and where the request
-/// stands on the ladder. Counted against the limits until it is committed,
-/// refused to the end, or [`cancelled`](Engine::cancel).
+/// stands on the ladder. Counted against its engine's limits until it is
+/// committed, refused to the end, [`cancelled`](Engine::cancel) or dropped:
+/// wherever it goes — handed to another engine by mistake, or dropped on an
+/// error path — its bytes stop counting in the engine that made it.
 #[derive(Debug)]
 #[must_use = "commit the created segment, report the refusal, or cancel the plan"]
 pub struct SegmentPlan {
@@ -42,12 +47,45 @@ pub struct SegmentPlan {
     class: SegmentClass,
     rounded: u64,
     size: u64,
+    /// `size` counted in its engine's bytes in flight, until dropped.
+    flight: InFlight,
     usage: u32,
     label: String,
     /// The request was counted in `alloc_retries` (it released cache and tried again).
     retried: bool,
     /// The whole cache was released for it after a device refusal.
     released_all: bool,
+}
+
+/// Bytes of a plan counted in its engine's bytes in flight (shared with
+/// the engine), taken off when dropped.
+#[derive(Debug)]
+struct InFlight {
+    counter: Arc<AtomicU64>,
+    bytes: u64,
+}
+
+impl InFlight {
+    fn new(counter: &Arc<AtomicU64>, bytes: u64) -> Self {
+        counter.fetch_add(bytes, Ordering::Relaxed);
+        InFlight {
+            counter: Arc::clone(counter),
+            bytes,
+        }
+    }
+
+    /// Counts `bytes` (at most what it counts now) from here on.
+    fn shrink(&mut self, bytes: u64) {
+        self.counter
+            .fetch_sub(self.bytes.saturating_sub(bytes), Ordering::Relaxed);
+        self.bytes = bytes.min(self.bytes);
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.counter.fetch_sub(self.bytes, Ordering::Relaxed);
+    }
 }
 
 impl SegmentPlan {
@@ -114,7 +152,7 @@ impl<B: Backend> Engine<B> {
 
     /// Reserved bytes plus segments planned and not yet settled.
     pub(super) fn held(&self) -> u64 {
-        self.total.reserved_bytes.current + self.in_flight
+        self.total.reserved_bytes.current + self.in_flight.load(Ordering::Relaxed)
     }
 
     /// Whether `rounded` more bytes pass the hard limit even with every
@@ -264,8 +302,8 @@ impl<B: Backend> Engine<B> {
             "vrampool {} segment {}",
             self.pools[pool as usize].name, self.counters.device_allocs
         );
-        self.in_flight += size;
         Ok(Planned::Create(SegmentPlan {
+            flight: InFlight::new(&self.in_flight, size),
             engine: self.generation_start,
             usage: self.pools[pool as usize].usage,
             req,
@@ -281,10 +319,10 @@ impl<B: Backend> Engine<B> {
 
     /// Takes in the segment the backend created for `plan` and hands out the
     /// request's block in it. A plan another engine made is an error (the
-    /// segment is dropped with it).
+    /// segment is dropped with it, and the plan stops counting in its engine).
     pub fn commit(&mut self, plan: SegmentPlan, segment: B::Segment) -> Result<Allocation> {
         self.check_ours(&plan)?;
-        self.in_flight -= plan.size;
+        drop(plan.flight);
         if !self.under_budget() {
             self.note_recreation(Released {
                 pool: plan.pool,
@@ -299,8 +337,8 @@ impl<B: Backend> Engine<B> {
     }
 
     /// Refuses a plan another engine made: its pool, class and bytes in
-    /// flight are that engine's (which keeps counting them: the plan was
-    /// consumed here, and never reaches it).
+    /// flight are that engine's (whose count the plan, dropped here, gives
+    /// back).
     fn check_ours(&self, plan: &SegmentPlan) -> Result<()> {
         if plan.engine == self.generation_start {
             Ok(())
@@ -322,7 +360,7 @@ impl<B: Backend> Engine<B> {
         self.check_ours(&plan)?;
         match refusal {
             DeviceError::OutOfMemory if plan.size > plan.rounded => {
-                self.in_flight -= plan.size - plan.rounded;
+                plan.flight.shrink(plan.rounded);
                 plan.size = plan.rounded;
                 Ok(plan)
             }
@@ -339,29 +377,27 @@ impl<B: Backend> Engine<B> {
                 Ok(plan)
             }
             DeviceError::OutOfMemory => {
-                self.in_flight -= plan.size;
+                drop(plan.flight);
                 Err(self.oom(plan.req.size, true))
             }
             DeviceError::Lost(why) => {
-                self.in_flight -= plan.size;
+                drop(plan);
                 self.lost = Some(why.clone());
                 Err(Error::DeviceLost(why))
             }
             DeviceError::Other(message) => {
-                self.in_flight -= plan.size;
+                drop(plan);
                 Err(Error::Device(message))
             }
         }
     }
 
     /// Drops a plan the caller will not carry out (its future was cancelled):
-    /// its bytes stop counting against the limits. A plan another engine
-    /// made is dropped with nothing changed here.
+    /// its bytes stop counting against the limits. Dropping the plan does
+    /// the same; a plan another engine made stops counting in that engine,
+    /// with nothing changed here.
     pub fn cancel(&mut self, plan: SegmentPlan) {
-        if self.check_ours(&plan).is_err() {
-            return;
-        }
-        self.in_flight -= plan.size;
+        drop(plan);
     }
 
     /// The soft headroom's cap on reserved bytes if `rounded` more were allocated.

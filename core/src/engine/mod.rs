@@ -112,7 +112,7 @@ pub struct Engine<B: Backend> {
     /// Bytes of segments planned and not yet committed or refused: counted
     /// against the limits, so a plan awaiting the device (the browser's path)
     /// is not overtaken by another allocation.
-    in_flight: u64,
+    in_flight: std::sync::Arc<std::sync::atomic::AtomicU64>,
     /// Blocks freed with [`Engine::defer_free`], oldest first.
     deferred: VecDeque<Deferred>,
     /// The mark the next deferred free gets (see [`Engine::defer_mark`]).
@@ -181,7 +181,7 @@ impl<B: Backend> Engine<B> {
             preallocated: 0,
             high_water: 0,
             allocated_since_reclaim: 0,
-            in_flight: 0,
+            in_flight: Default::default(),
             deferred: VecDeque::new(),
             defer_mark: 0,
             soft_released: 0,
