@@ -548,6 +548,17 @@ async fn scale_step(p: &Pool, shift: u32) -> (Option<String>, bool) {
         .alloc_async(AllocDesc::storage(4 * n as u64).read_write())
         .await
         .unwrap();
+    let blocks = [&uniform, &input, &output, &temporary];
+    for (i, a) in blocks.iter().enumerate() {
+        for b in &blocks[i + 1..] {
+            assert!(
+                a.buffer() != b.buffer()
+                    || a.offset() + a.size() <= b.offset()
+                    || b.offset() + b.size() <= a.offset(),
+                "two owners of one step share bytes"
+            );
+        }
+    }
     let q = p.queue();
     q.write_buffer(
         uniform.buffer(),
@@ -573,9 +584,11 @@ async fn a_run_following_its_recorded_plan_binds_the_planned_blocks_in_a_dispatc
     // synchronously (as a preallocation's are) and taken unchecked: a step
     // recorded, planned, the cache emptied, and the same step run again
     // following the plan. The plan places every request of the step (the
-    // uniform in a pool of its own, the input and output in theirs, the
-    // temporary dropped before the submit), WebGPU accepts the dispatch
-    // over the planned blocks, and the output holds what the shader wrote.
+    // uniform and the input in the read-only pool's planned buffer, the
+    // output and the temporary dropped before the submit in the read-write
+    // one), no two of them overlap, WebGPU accepts the dispatch binding a
+    // uniform and read-only storage of one planned buffer, and the output
+    // holds what the shader wrote.
     let p = pool(None).await;
     p.start_recording();
     assert_eq!(scale_step(&p, 7).await, (None, true), "the recorded run");

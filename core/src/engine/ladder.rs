@@ -76,6 +76,7 @@ impl InFlight {
 
     /// Counts `bytes` (at most what it counts now) from here on.
     fn shrink(&mut self, bytes: u64) {
+        debug_assert!(bytes <= self.bytes, "a plan's count only shrinks");
         self.counter
             .fetch_sub(self.bytes.saturating_sub(bytes), Ordering::Relaxed);
         self.bytes = bytes.min(self.bytes);

@@ -109,9 +109,10 @@ pub struct Engine<B: Backend> {
     allocated_since_reclaim: u64,
     /// The free-index key of medium blocks (see [`Engine::key`]), fixed by the config.
     medium_key: u8,
-    /// Bytes of segments planned and not yet committed or refused: counted
-    /// against the limits, so a plan awaiting the device (the browser's path)
-    /// is not overtaken by another allocation.
+    /// Bytes of segments planned and not yet committed, refused, cancelled
+    /// or dropped: counted against the limits, so a plan awaiting the device
+    /// (the browser's path) is not overtaken by another allocation. Shared
+    /// with each plan's `InFlight`, which gives its bytes back when dropped.
     in_flight: std::sync::Arc<std::sync::atomic::AtomicU64>,
     /// Blocks freed with [`Engine::defer_free`], oldest first.
     deferred: VecDeque<Deferred>,
