@@ -54,7 +54,7 @@ use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::thread::ThreadId;
 use std::time::Duration;
 
-use crate::engine::{Engine, SegmentPlan};
+use crate::engine::Engine;
 use crate::types::BlockId;
 
 use super::backend::{LostState, WgpuBackend};
@@ -282,9 +282,6 @@ pub(super) enum DeferredFree {
     },
     /// A movable block's last handle went: out of the table too.
     Movable { id: BlockId, stamp: u64 },
-    /// An asynchronous allocation was dropped between its plan and its
-    /// segment: the plan is cancelled.
-    Cancel(SegmentPlan),
 }
 
 /// The engine's lock guard: on release, the frees and submits that waited
@@ -505,7 +502,6 @@ impl Inner {
                 self.forget_movable(id);
                 self.release(engine, id, stamp, mark)
             }
-            DeferredFree::Cancel(plan) => engine.cancel(plan),
         }
     }
 

@@ -822,12 +822,10 @@ impl Pool {
         } else {
             self.inner.alloc_gate.lock().await
         };
-        // Holds the plan from the moment it is made: a panic a callback left
-        // for the lock's release (lock.rs) cancels it as it unwinds.
-        let mut plan = PlanGuard {
-            inner: &self.inner,
-            plan: None,
-        };
+        // Holds the plan from the moment it is made: dropped with the future,
+        // or as a panic a callback left for the lock's release (lock.rs)
+        // unwinds, it gives its bytes back.
+        let mut plan = PlanGuard { plan: None };
         {
             let mut engine = self.inner.engine_mine();
             if let Some(a) = engine.allocate_cached(req) {
@@ -1450,14 +1448,15 @@ impl std::fmt::Debug for Pool {
     }
 }
 
-/// A plan awaiting the device in [`Pool::alloc_async`]: cancelled in the
-/// engine if the future is dropped before the plan is settled.
-struct PlanGuard<'p> {
-    inner: &'p Inner,
+/// A plan awaiting the device in [`Pool::alloc_async`]. If the future is
+/// dropped before the plan is settled, the plan drops with it, and its bytes
+/// stop counting against the engine's limits (no lock needed: the count is
+/// shared with the plan).
+struct PlanGuard {
     plan: Option<SegmentPlan>,
 }
 
-impl PlanGuard<'_> {
+impl PlanGuard {
     fn get(&self) -> &SegmentPlan {
         self.plan.as_ref().expect("a plan is held between steps")
     }
@@ -1466,14 +1465,5 @@ impl PlanGuard<'_> {
     }
     fn put(&mut self, plan: SegmentPlan) {
         self.plan = Some(plan);
-    }
-}
-
-impl Drop for PlanGuard<'_> {
-    fn drop(&mut self) {
-        if let Some(plan) = self.plan.take() {
-            // Dropped from a wgpu callback under the lock, it waits for it.
-            self.inner.free_from_drop(DeferredFree::Cancel(plan));
-        }
     }
 }
