@@ -482,15 +482,41 @@ fn main(@builtin(global_invocation_id) id: vec3<u32>) {
 /// read-write output), bound in one bind group.
 pub fn record_scale_pass(
     device: &wgpu::Device,
-    [uniform, input, output]: [wgpu::BindingResource<'_>; 3],
+    bindings: [wgpu::BindingResource<'_>; 3],
     n: u32,
 ) -> wgpu::CommandEncoder {
-    let pipeline = scale_pipeline(device);
-    let entry = |binding, resource| wgpu::BindGroupEntry { binding, resource };
+    record_dispatch(device, SCALE_WGSL, bindings, n)
+}
+
+/// An encoder, not submitted, with one compute pass running `wgsl`'s `main`
+/// (64 invocations a workgroup) over `n` invocations, its `bindings` bound
+/// in order in one bind group (group 0, the layout derived from the shader).
+pub fn record_dispatch<'a>(
+    device: &wgpu::Device,
+    wgsl: &str,
+    bindings: impl IntoIterator<Item = wgpu::BindingResource<'a>>,
+    n: u32,
+) -> wgpu::CommandEncoder {
+    let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+        label: Some("dispatch"),
+        source: wgpu::ShaderSource::Wgsl(wgsl.into()),
+    });
+    let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+        label: Some("dispatch"),
+        layout: None,
+        module: &module,
+        entry_point: Some("main"),
+        compilation_options: Default::default(),
+        cache: None,
+    });
+    let entries: Vec<wgpu::BindGroupEntry> = (0u32..)
+        .zip(bindings)
+        .map(|(binding, resource)| wgpu::BindGroupEntry { binding, resource })
+        .collect();
     let group = device.create_bind_group(&wgpu::BindGroupDescriptor {
-        label: Some("scale"),
+        label: Some("dispatch"),
         layout: &pipeline.get_bind_group_layout(0),
-        entries: &[entry(0, uniform), entry(1, input), entry(2, output)],
+        entries: &entries,
     });
     let mut enc = device.create_command_encoder(&Default::default());
     {
@@ -500,20 +526,4 @@ pub fn record_scale_pass(
         pass.dispatch_workgroups(n.div_ceil(64), 1, 1);
     }
     enc
-}
-
-/// The compute pipeline of [`SCALE_WGSL`], its layout derived from the shader.
-pub fn scale_pipeline(device: &wgpu::Device) -> wgpu::ComputePipeline {
-    let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
-        label: Some("scale"),
-        source: wgpu::ShaderSource::Wgsl(SCALE_WGSL.into()),
-    });
-    device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-        label: Some("scale"),
-        layout: None,
-        module: &module,
-        entry_point: Some("main"),
-        compilation_options: Default::default(),
-        cache: None,
-    })
 }

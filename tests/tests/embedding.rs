@@ -1151,44 +1151,6 @@ fn main(@builtin(global_invocation_id) id: vec3<u32>) {
 }
 "#;
 
-/// An encoder, not submitted, with one dispatch of [`TWO_BY_TWO_WGSL`] over
-/// `n` words of `blocks` (uniform, two inputs, two outputs), in one bind group.
-fn record_two_by_two(pool: &Pool, blocks: [&PoolBuffer; 5], n: u32) -> wgpu::CommandEncoder {
-    let device = pool.device();
-    let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
-        label: Some("two by two"),
-        source: wgpu::ShaderSource::Wgsl(TWO_BY_TWO_WGSL.into()),
-    });
-    let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-        label: Some("two by two"),
-        layout: None,
-        module: &module,
-        entry_point: Some("main"),
-        compilation_options: Default::default(),
-        cache: None,
-    });
-    let entries: Vec<wgpu::BindGroupEntry> = (0u32..)
-        .zip(blocks)
-        .map(|(binding, b)| wgpu::BindGroupEntry {
-            binding,
-            resource: b.binding(),
-        })
-        .collect();
-    let group = device.create_bind_group(&wgpu::BindGroupDescriptor {
-        label: Some("two by two"),
-        layout: &pipeline.get_bind_group_layout(0),
-        entries: &entries,
-    });
-    let mut enc = device.create_command_encoder(&Default::default());
-    {
-        let mut pass = enc.begin_compute_pass(&Default::default());
-        pass.set_pipeline(&pipeline);
-        pass.set_bind_group(0, &group, &[]);
-        pass.dispatch_workgroups(n.div_ceil(64), 1, 1);
-    }
-    enc
-}
-
 #[test]
 fn owners_sharing_a_segment_fitted_to_wgpus_blocks_bind_and_keep_their_bytes() {
     // A segment above a quarter of the largest block of wgpu's own allocator
@@ -1257,7 +1219,12 @@ fn owners_sharing_a_segment_fitted_to_wgpus_blocks_bind_and_keep_their_bytes() {
     let scope = pool
         .device()
         .push_error_scope(wgpu::ErrorFilter::Validation);
-    let enc = record_two_by_two(&pool, [&uniform, &input, &input_2, &output, &output_2], n);
+    let enc = vrampool_tests::record_dispatch(
+        pool.device(),
+        TWO_BY_TWO_WGSL,
+        [&uniform, &input, &input_2, &output, &output_2].map(|b| b.binding()),
+        n,
+    );
     let dropped = (
         output_2.buffer().clone(),
         output_2.offset(),
