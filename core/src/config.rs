@@ -411,8 +411,10 @@ pub struct Config {
     /// block not asked as relocatable; off in [`Config::pytorch`]. Under a
     /// budget it does not act: moving a block into a cached segment pins
     /// memory the limit would give back whole (on the corpus, moves under a
-    /// budget made 48 rows miss the smallest-budget target). A configuration
-    /// saved without the field reads as `true`.
+    /// budget made 48 rows miss the smallest-budget target). Not in wasm32
+    /// builds, which leave the moving code out (the page's size target; a
+    /// browser `Pool` has no movable blocks): there nothing moves. A
+    /// configuration saved without the field reads as `true`.
     #[serde(default = "yes")]
     pub relocate: bool,
     /// Where the device's own allocator places segments in shared blocks

@@ -111,7 +111,10 @@ impl<B: Backend> Engine<B> {
 
     /// Whether blocks of `pool` may move now (see the module's doc).
     pub(super) fn relocation_on(&self, pool: u16) -> bool {
-        self.relocatable_live > 0
+        // Not in wasm32 builds: the page's size target, and no browser
+        // `Pool` hands out movable blocks (the code is left out whole).
+        !cfg!(target_arch = "wasm32")
+            && self.relocatable_live > 0
             && self.config.relocate
             && !self.under_budget()
             && self.recorder.is_none()

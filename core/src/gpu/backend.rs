@@ -221,6 +221,7 @@ impl WgpuBackend {
     /// Segments of a usage that is not mappable are made with `COPY_SRC |
     /// COPY_DST` added, which a copy needs. [`Pool`](crate::Pool) builds its
     /// backend with it; only its [`MovableBuffer`](crate::MovableBuffer)s move.
+    /// In wasm32 builds the engine moves nothing (`Config::relocate`).
     pub fn with_moves(mut self, queue: &wgpu::Queue) -> Self {
         self.moves = Some(Moves {
             queue: queue.clone(),
