@@ -16,6 +16,9 @@ use wasm_bindgen_test::*;
 #[path = "../../core/examples/common/quad.rs"]
 mod quad;
 
+#[path = "../../tests/src/dispatch.rs"]
+mod dispatch;
+
 wasm_bindgen_test_configure!(run_in_browser);
 
 async fn pool(limit: Option<u64>) -> Pool {
@@ -101,56 +104,6 @@ async fn read(p: &Pool, buffer: &wgpu::Buffer, offset: u64, size: u64) -> Vec<u8
     bytes
 }
 
-const SCALE_WGSL: &str = r#"
-struct U { scale: u32, shift: u32, n: u32, pad: u32 }
-@group(0) @binding(0) var<uniform> u: U;
-@group(0) @binding(1) var<storage, read> input: array<u32>;
-@group(0) @binding(2) var<storage, read_write> output: array<u32>;
-@compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) id: vec3<u32>) {
-    if (id.x < u.n) { output[id.x] = input[id.x] * u.scale + u.shift; }
-}
-"#;
-
-/// An encoder, not submitted, with one dispatch of [`SCALE_WGSL`] over `n`
-/// words of `blocks` (uniform, read-only input, read-write output) in one
-/// bind group.
-fn record_scale(p: &Pool, blocks: [&vrampool::PoolBuffer; 3], n: u32) -> wgpu::CommandEncoder {
-    let device = p.device();
-    let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
-        label: Some("scale"),
-        source: wgpu::ShaderSource::Wgsl(SCALE_WGSL.into()),
-    });
-    let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-        label: Some("scale"),
-        layout: None,
-        module: &module,
-        entry_point: Some("main"),
-        compilation_options: Default::default(),
-        cache: None,
-    });
-    let entries: Vec<wgpu::BindGroupEntry> = (0u32..)
-        .zip(blocks)
-        .map(|(binding, b)| wgpu::BindGroupEntry {
-            binding,
-            resource: b.binding(),
-        })
-        .collect();
-    let group = device.create_bind_group(&wgpu::BindGroupDescriptor {
-        label: Some("scale"),
-        layout: &pipeline.get_bind_group_layout(0),
-        entries: &entries,
-    });
-    let mut enc = device.create_command_encoder(&Default::default());
-    {
-        let mut pass = enc.begin_compute_pass(&Default::default());
-        pass.set_pipeline(&pipeline);
-        pass.set_bind_group(0, &group, &[]);
-        pass.dispatch_workgroups(n.div_ceil(64), 1, 1);
-    }
-    enc
-}
-
 #[wasm_bindgen_test]
 async fn a_dispatch_binds_a_uniform_a_read_only_input_and_a_read_write_output() {
     use wgpu::BufferUsages as U;
@@ -175,7 +128,11 @@ async fn a_dispatch_binds_a_uniform_a_read_only_input_and_a_read_write_output() 
     p.queue()
         .write_buffer(input.buffer(), input.offset(), &words(&data));
     let scope = p.device().push_error_scope(wgpu::ErrorFilter::Validation);
-    let enc = record_scale(&p, [&uniform, &input, &output], n);
+    let enc = dispatch::record_scale_pass(
+        p.device(),
+        [uniform.binding(), input.binding(), output.binding()],
+        n,
+    );
     p.queue().submit([enc.finish()]);
     let error = scope.pop().await;
     assert!(error.is_none(), "WebGPU refused the dispatch: {error:?}");
@@ -570,7 +527,11 @@ async fn scale_step(p: &Pool, shift: u32) -> (Option<String>, bool) {
     q.write_buffer(temporary.buffer(), temporary.offset(), &words(&data));
     drop(temporary);
     let scope = p.device().push_error_scope(wgpu::ErrorFilter::Validation);
-    let enc = record_scale(p, [&uniform, &input, &output], n);
+    let enc = dispatch::record_scale_pass(
+        p.device(),
+        [uniform.binding(), input.binding(), output.binding()],
+        n,
+    );
     p.submit([enc.finish()]);
     let error = scope.pop().await.map(|e| e.to_string());
     let got = read(p, output.buffer(), output.offset(), 4 * n as u64).await;
