@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LockResult, Mutex, MutexGuard, TryLockError, TryLockResult, Weak};
 
 use crate::config::{Config, Limit};
-use crate::engine::{Engine, FollowStats, InvariantError, Planned, SegmentPlan};
+use crate::engine::{Engine, FollowStats, InvariantError, Planned};
 use crate::error::{Error, OomInfo, Result};
 use crate::fault::Faults;
 use crate::snapshot::{Leak, Snapshot};
@@ -822,10 +822,11 @@ impl Pool {
         } else {
             self.inner.alloc_gate.lock().await
         };
-        // Holds the plan from the moment it is made: dropped with the future,
-        // or as a panic a callback left for the lock's release (lock.rs)
-        // unwinds, it gives its bytes back.
-        let mut plan = PlanGuard { plan: None };
+        // The plan, dropped with the future or as a panic a callback left
+        // for the lock's release (lock.rs) unwinds, gives its bytes back. It
+        // is moved out here before the lock's guard drops: a block's value is
+        // leaked, not dropped, when a local's drop panics (rust-lang/rust#47949).
+        let mut plan;
         {
             let mut engine = self.inner.engine_mine();
             if let Some(a) = engine.allocate_cached(req) {
@@ -835,40 +836,31 @@ impl Pool {
             let planned = engine.plan(req.clone());
             self.inner.apply_moves(&mut engine);
             self.inner.note_follow_end(&engine);
-            match planned? {
+            plan = match planned? {
                 Planned::Hit(a) => return Ok((engine, a)),
-                Planned::Create(p) => plan.put(p),
-            }
+                Planned::Create(p) => p,
+            };
         }
         loop {
-            let begun = self
-                .inner
-                .engine()
-                .backend()
-                .begin_create(&plan.get().desc());
+            let begun = self.inner.engine().backend().begin_create(&plan.desc());
             let pending = match begun {
                 Ok(pending) => pending,
                 Err(refusal) => {
-                    let mut engine = self.inner.engine();
-                    let next = engine.refused(plan.take(), refusal)?;
-                    plan.put(next);
+                    plan = self.inner.engine().refused(plan, refusal)?;
                     continue;
                 }
             };
             // Dropping this future while it waits gives the segment back: the
             // buffer and the fault injector's count (the pending segment's),
-            // the plan's bytes against the limit (the plan guard's).
+            // the plan's bytes against the limit (the plan's).
             let outcome = pending.outcome().await;
             let mut engine = self.inner.engine();
             match outcome {
                 Ok(buffer) => {
-                    let a = engine.commit(plan.take(), buffer)?;
+                    let a = engine.commit(plan, buffer)?;
                     return Ok((engine, a));
                 }
-                Err(refusal) => {
-                    let next = engine.refused(plan.take(), refusal)?;
-                    plan.put(next);
-                }
+                Err(refusal) => plan = engine.refused(plan, refusal)?,
             }
         }
     }
@@ -1445,25 +1437,5 @@ impl std::fmt::Debug for Pool {
             .field("allocated", &s.total.allocated_bytes.current)
             .field("reserved", &s.total.reserved_bytes.current)
             .finish()
-    }
-}
-
-/// A plan awaiting the device in [`Pool::alloc_async`]. If the future is
-/// dropped before the plan is settled, the plan drops with it, and its bytes
-/// stop counting against the engine's limits (no lock needed: the count is
-/// shared with the plan).
-struct PlanGuard {
-    plan: Option<SegmentPlan>,
-}
-
-impl PlanGuard {
-    fn get(&self) -> &SegmentPlan {
-        self.plan.as_ref().expect("a plan is held between steps")
-    }
-    fn take(&mut self) -> SegmentPlan {
-        self.plan.take().expect("a plan is held between steps")
-    }
-    fn put(&mut self, plan: SegmentPlan) {
-        self.plan = Some(plan);
     }
 }
