@@ -114,6 +114,17 @@ impl Suballocation {
     }
 }
 
+/// Where a device allocator puts a segment ([`DeviceBlocks::goes_to`]).
+#[cfg(not(target_arch = "wasm32"))]
+enum Goes {
+    /// Memory of its own: larger than the next shared block.
+    Own,
+    /// Free range `.1` of block `.0`.
+    Range(usize, usize),
+    /// A new shared block of this size.
+    NewShared(u64),
+}
+
 #[cfg(not(target_arch = "wasm32"))]
 #[derive(Debug, Clone)]
 struct Block {
@@ -282,17 +293,27 @@ impl DeviceBlocks {
     }
 
     fn fit_padded(&self, size: u64, pad: u64) -> u64 {
-        let next = self.sizes.block_after(self.shared);
-        if size + pad > next {
-            return size;
-        }
-        let range = match self.find(size + pad) {
-            Some((b, i)) => self.blocks[b]
+        match self.goes_to(size + pad) {
+            Goes::Own => size,
+            Goes::Range(b, i) => self.blocks[b]
                 .as_ref()
-                .map_or(next, |block| block.free[i].1),
-            None => next,
-        };
-        range - pad
+                .map_or(size, |block| block.free[i].1 - pad),
+            Goes::NewShared(next) => next - pad,
+        }
+    }
+
+    /// Where the device puts `size` bytes (a segment with its pad): the one
+    /// decision [`DeviceBlocks::fit`] forecasts and [`DeviceBlocks::place`]
+    /// records.
+    fn goes_to(&self, size: u64) -> Goes {
+        let next = self.sizes.block_after(self.shared);
+        if size > next {
+            return Goes::Own;
+        }
+        match self.find(size) {
+            Some((b, i)) => Goes::Range(b, i),
+            None => Goes::NewShared(next),
+        }
     }
 
     /// Records segment `segment` (the caller's index for it, reused once
@@ -303,13 +324,13 @@ impl DeviceBlocks {
 
     fn place_padded(&mut self, segment: u32, size: u64, pad: u64) {
         let size = size + pad;
-        let next = self.sizes.block_after(self.shared);
-        let found = if size > next { None } else { self.find(size) };
-        let (b, i) = match found {
-            Some(found) => found,
-            None => {
-                let own = size > next;
-                let block_size = if own { size } else { next };
+        let (b, i) = match self.goes_to(size) {
+            Goes::Range(b, i) => (b, i),
+            goes => {
+                let (own, block_size) = match goes {
+                    Goes::NewShared(next) => (false, next),
+                    _ => (true, size),
+                };
                 let block = Block {
                     size: block_size,
                     own,
@@ -385,23 +406,23 @@ pub(crate) struct DeviceModels(Vec<DeviceBlocks>);
 
 #[cfg(not(target_arch = "wasm32"))]
 impl DeviceModels {
-    /// The model of `sizes`' memory, if a segment went there.
-    fn of(&self, sizes: Suballocation) -> Option<&DeviceBlocks> {
-        self.0.iter().find(|d| d.sizes.memory == sizes.memory)
+    /// Where the model of `sizes`' memory is, if a segment went there.
+    fn at(&self, sizes: Suballocation) -> Option<usize> {
+        self.0.iter().position(|d| d.sizes.memory == sizes.memory)
     }
 
     /// [`DeviceBlocks::fit`] in the model of `sizes`' memory (an empty one if
     /// no segment went there yet), with `sizes`' pad.
     pub(crate) fn fit(&self, sizes: Suballocation, size: u64) -> u64 {
-        match self.of(sizes) {
-            Some(d) => d.fit_padded(size, sizes.pad),
+        match self.at(sizes) {
+            Some(at) => self.0[at].fit_padded(size, sizes.pad),
             None => DeviceBlocks::new(sizes).fit_padded(size, sizes.pad),
         }
     }
 
     /// [`DeviceBlocks::place`] in the model of `sizes`' memory, with `sizes`' pad.
     pub(crate) fn place(&mut self, sizes: Suballocation, segment: u32, size: u64) {
-        let at = match self.0.iter().position(|d| d.sizes.memory == sizes.memory) {
+        let at = match self.at(sizes) {
             Some(at) => at,
             None => {
                 self.0.push(DeviceBlocks::new(sizes));
@@ -413,8 +434,8 @@ impl DeviceModels {
 
     /// [`DeviceBlocks::remove`] in the model of `sizes`' memory.
     pub(crate) fn remove(&mut self, sizes: Suballocation, segment: u32) {
-        if let Some(d) = self.0.iter_mut().find(|d| d.sizes.memory == sizes.memory) {
-            d.remove(segment);
+        if let Some(at) = self.at(sizes) {
+            self.0[at].remove(segment);
         }
     }
 }
