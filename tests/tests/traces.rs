@@ -420,17 +420,6 @@ fn device_and_pool_peaks(
     Some((device_peak?, pool.stats().total.reserved_bytes.peak))
 }
 
-/// Where `device_and_pool_peaks` had no report: only GL, which has no
-/// allocator of its own (so no hints to compare).
-fn skipped_without_a_report() {
-    assert_eq!(
-        vrampool_tests::backend(),
-        wgpu::Backend::Gl,
-        "only GL has no allocator report"
-    );
-    eprintln!("skipped on GL: wgpu has no allocator of its own there");
-}
-
 /// The configuration with segments not fitted to the device's blocks.
 fn unfitted() -> Config {
     Config {
@@ -451,7 +440,7 @@ fn with_pool_memory_hints_the_device_holds_what_the_pool_reserves() {
     let Some((exact, pool_peak)) =
         device_and_pool_peaks(&t, vrampool::pool_memory_hints(), unfitted())
     else {
-        return skipped_without_a_report();
+        return vrampool_tests::skipped_without_an_allocator_report();
     };
     let mib = |b: u64| b as f64 / (1 << 20) as f64;
     assert!(
@@ -493,15 +482,12 @@ fn under_the_default_hints_fitted_segments_keep_the_device_near_the_pool() {
     // reserves. Fitted to the blocks the device sets aside
     // (Config::fit_device_blocks), what it holds stays near the pool's peak.
     let (device, _, _) = vrampool_tests::device();
-    let first_block = device
-        .generate_allocator_report()
-        .and_then(|r| r.blocks.iter().map(|b| b.size).max())
-        .unwrap_or(0);
+    let first_block = vrampool_tests::first_allocator_block(&device).unwrap_or(0);
     let scale = if first_block >= 128 << 20 { 1 } else { 4 };
     let t = load("resnet_train").scaled(scale);
     let hints = wgpu::MemoryHints::default;
     let Some((device_off, pool_off)) = device_and_pool_peaks(&t, hints(), unfitted()) else {
-        return skipped_without_a_report();
+        return vrampool_tests::skipped_without_an_allocator_report();
     };
     let (device_fit, pool_fit) = device_and_pool_peaks(&t, hints(), Config::default()).unwrap();
     let live = t.peak_live as f64;
@@ -537,7 +523,7 @@ fn a_pool_told_other_hints_than_the_devices_fits_nothing() {
     // request's size (fitted to a block those hints never make, it would be
     // memory of its own and the rest unused).
     let Some(size) = vrampool_tests::fitted_request_size(&vrampool_tests::device().0) else {
-        return skipped_without_a_report();
+        return vrampool_tests::skipped_without_an_allocator_report();
     };
     let segment = |opened: wgpu::MemoryHints| {
         let (device, queue, _) = vrampool_tests::device_with_hints(opened);
