@@ -128,3 +128,81 @@ impl fmt::Display for Missed {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIVE: u64 = 1000 << 20;
+
+    fn row(
+        peak_reserved: u64,
+        min_budget: f64,
+        device_allocs: u64,
+        bytes_created: u64,
+    ) -> RowFigures {
+        RowFigures {
+            peak_live: LIVE,
+            peak_reserved,
+            device_allocs,
+            bytes_created,
+            min_budget: Some(min_budget),
+        }
+    }
+
+    /// A baseline no row here is above.
+    fn loose() -> RowFigures {
+        row(2 * LIVE, 2.0, 100, 4 * LIVE)
+    }
+
+    fn letters(full_size: bool, ours: RowFigures, baseline: RowFigures) -> String {
+        Targets {
+            full_size,
+            budgets: true,
+        }
+        .missed(&ours, &baseline)
+        .to_string()
+    }
+
+    #[test]
+    fn each_target_is_missed_one_step_past_its_bound_and_not_at_it() {
+        let r_bound = LIVE * 11 / 10 + (2 << 20);
+        assert_eq!(letters(true, row(r_bound, 1.0, 1, LIVE), loose()), "");
+        assert_eq!(letters(true, row(r_bound + 1, 1.0, 1, LIVE), loose()), "R");
+        // 1.03 × + 1 MiB, with the grid's one step: 1.031 × 1000 MiB + 1 MiB
+        // is 1.032 × here.
+        assert_eq!(letters(true, row(LIVE, 1.032, 1, LIVE), loose()), "");
+        assert_eq!(letters(true, row(LIVE, 1.0321, 1, LIVE), loose()), "M");
+        assert_eq!(letters(true, row(LIVE, 1.0, 100, 4 * LIVE), loose()), "");
+        assert_eq!(
+            letters(true, row(LIVE, 1.0, 101, 4 * LIVE + 1), loose()),
+            "AB"
+        );
+    }
+
+    #[test]
+    fn each_target_is_missed_above_the_baseline_and_a_and_b_only_at_full_size() {
+        let baseline = row(LIVE + (1 << 20), 1.01, 5, LIVE);
+        let ours = row(LIVE + (2 << 20), 1.02, 6, LIVE + 1);
+        assert_eq!(letters(true, ours, baseline), "RMAB");
+        assert_eq!(letters(false, ours, baseline), "RM");
+        assert_eq!(
+            letters(true, baseline, baseline),
+            "",
+            "level with the baseline"
+        );
+        // No budget looked for: M neither missed nor met.
+        let m = Targets {
+            full_size: true,
+            budgets: false,
+        }
+        .missed(&ours, &baseline);
+        assert_eq!((m.budget, m.to_string().as_str()), (None, "RAB"));
+        // No budget found for ours (none up to 4 ×): missed.
+        let none = RowFigures {
+            min_budget: None,
+            ..baseline
+        };
+        assert_eq!(letters(false, none, baseline), "M");
+    }
+}
