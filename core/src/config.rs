@@ -376,6 +376,39 @@ pub struct Config {
     /// saved without the field reads as.
     #[serde(default)]
     pub any_block_before_oom: bool,
+    /// Under a hard limit, segments are sized to it: a new segment that
+    /// would pass the limit is made smaller, down to the request, so the
+    /// room left is used before any cached segment is released; and under
+    /// a [`LimitKind::Budget`] a shared medium segment is at most an eighth
+    /// of the budget. `false` is PyTorch's caching allocator: a segment is
+    /// the size its request asks for (2 MiB, 20 MiB, or the request rounded
+    /// to 2 MiB) or nothing; one that would pass the limit releases every
+    /// cached segment with nothing live in it and is asked once more, then
+    /// the request runs out of memory (its cache stays, where PyTorch would
+    /// have released it: a replay's first out-of-memory is all the smallest
+    /// budget counts). Off in [`Config::pytorch`], so that the preset's
+    /// smallest budgets are PyTorch's: with it on, the preset fitted
+    /// small_loop ÷64 in 1.2 × peak live, in one shrunk 746 KiB segment,
+    /// where PyTorch needed 2.95 ×, and was within one step of the grid of
+    /// PyTorch's own figure on 14 of the corpus's 72 rows (60 with it off;
+    /// BENCHMARKS.md, "PyTorch's scheme's budgets are PyTorch's"). A
+    /// configuration saved without the field reads as `true`.
+    ///
+    /// ```
+    /// use vrampool::{Config, Engine, Limit, Request, SimulatedDevice};
+    /// let fits = |fit_to_limit| {
+    ///     let config = Config { limit: Some(Limit::Bytes(1 << 20)), fit_to_limit, ..Config::pytorch() };
+    ///     let mut e = Engine::new(SimulatedDevice::new(1 << 30), config)?;
+    ///     // A small request asks for a 2 MiB segment: shrunk to the 1 MiB
+    ///     // the limit leaves, or refused as PyTorch refuses it.
+    ///     Ok::<_, vrampool::Error>(e.allocate(Request::new(4096, 0)).is_ok())
+    /// };
+    /// assert!(fits(true)?);
+    /// assert!(!fits(false)?);
+    /// # Ok::<(), vrampool::Error>(())
+    /// ```
+    #[serde(default = "yes")]
+    pub fit_to_limit: bool,
     /// The soft headroom does not act while reserved bytes are below this, so
     /// small workloads still pack their blocks into shared segments (8 MiB
     /// by default; 4 MiB before medium segments held three requests, see
@@ -451,7 +484,8 @@ impl Config {
     /// segments, larger ones get their own segment rounded to 2 MiB; medium and
     /// large blocks share one best-fit index (PyTorch's large pool) and split
     /// only if more than 1 MiB is left; small blocks split freely; no soft
-    /// headroom, and the cache is released only when a request fails.
+    /// headroom, and the cache is released only when a request fails; under
+    /// a limit, segments keep these sizes ([`Config::fit_to_limit`] off).
     ///
     /// ```
     /// use vrampool::{Config, Engine, Request, SimulatedDevice};
@@ -486,6 +520,7 @@ impl Config {
             release_order: ReleaseOrder::LeastRecentlyUsed,
             pack_before_release: false,
             any_block_before_oom: false,
+            fit_to_limit: false,
             shared_large_pool: true,
             relocate: false,
             fit_device_blocks: false,
@@ -607,6 +642,7 @@ impl Default for Config {
             max_headroom_credit: 0.2,
             pack_before_release: true,
             any_block_before_oom: true,
+            fit_to_limit: true,
             alignment: 256,
             under_limit: Placement::under_limit(),
             without_limit: Placement::without_limit(),

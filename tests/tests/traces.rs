@@ -557,10 +557,13 @@ fn a_pool_told_other_hints_than_the_devices_fits_nothing() {
 /// the simulated device predicts the real one.
 #[test]
 fn the_pytorch_preset_reproduces_pytorchs_figures() {
-    // (trace, replay ratio, min budget) from the README.
+    // (trace, replay ratio, min budget) from data/traces/pytorch_figures.json:
+    // the budget a bisection of PyTorch's scan finds (resnet_train also fits
+    // at 1.031 and 1.036-1.037, and runs out from 1.032 to 1.049: budgets
+    // are not monotonic). Every row's, at every scale: tests/tests/figures.rs.
     let pytorch = [
         ("gpt_train", 1.123, 1.123),
-        ("resnet_train", 1.193, 1.031),
+        ("resnet_train", 1.193, 1.050),
         ("batch_sweep", 2.035, 1.124),
     ];
     for (name, ratio, min) in pytorch {

@@ -218,8 +218,19 @@ impl<B: Backend> Engine<B> {
         }
         let mut size = self.segment_size(pool, rounded, class);
         let mut retried = false;
-        // Hard limit: release cached segments, then shrink the segment to the request.
+        // Hard limit: release cached segments, then shrink the segment to the
+        // request; or, as PyTorch, release the whole cache and ask once more.
         if let Some(limit) = self.limit
+            && self.held() + size > limit
+            && !self.config.fit_to_limit
+        {
+            if self.held() - self.releasable() + size > limit {
+                return Err(self.oom(req.size, false));
+            }
+            self.counters.alloc_retries += 1;
+            retried = true;
+            self.release_ordered(self.releasable());
+        } else if let Some(limit) = self.limit
             && self.held() + size > limit
         {
             if self.held() + rounded <= limit {

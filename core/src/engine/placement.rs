@@ -305,6 +305,7 @@ impl<B: Backend> Engine<B> {
                 }
                 if let Some(limit) = self.limit
                     && self.under_budget()
+                    && self.config.fit_to_limit
                 {
                     // A shared segment is at most an eighth of the budget, so a
                     // small budget is not spent on one half-empty segment (a
