@@ -20,7 +20,7 @@ Usage (on a machine with a CUDA GPU):
     python3 scripts/traces/record.py --smoke [names...]   # CPU, tiny sizes, no recording
 Writes <out>/<name>.csv.gz (<out>/heldout/<name>.csv.gz for the held-out workloads
 t5_seq2seq, gan_train, serve_varbatch, segment_train, moe_train, tiny_gpt, lora_finetune,
-video_train, gnn_train) and <out>/recording.json (the real-run figures;
+video_train, gnn_train, beam_search, recsys_train, vae_decode) and <out>/recording.json (the real-run figures;
 entries for workloads not run this time are kept). WORKLOAD_ENV below gives the few environment
 variables a workload's process is started with.
 """
@@ -1084,6 +1084,153 @@ def wl_gnn_train(dev, smoke):
                 params=sum(p.numel() for p in lins.parameters()))
 
 
+def wl_beam_search(dev, smoke):
+    """GPT-2-small-shaped decoder (transformers GPT2LMHeadModel from GPT2Config, random
+    weights), bf16, beam search (4 beams, generate() with its DynamicCache, which the search
+    reorders by index_select at every token): 12 requests in turn, each of a random batch
+    (1, 2, 4 or 8 prompts), prompt length (16-512 tokens) and number of new tokens
+    (16-128, all generated: min_new_tokens = max_new_tokens)."""
+    torch = _torch()
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    if smoke:
+        cfg = dict(vocab_size=1000, n_embd=64, n_layer=2, n_head=4)
+        requests, batches, prompts, news = 2, (1, 2), (4, 8), (2, 4)
+    else:
+        cfg = dict(vocab_size=50257, n_embd=768, n_layer=12, n_head=12)
+        requests, batches, prompts, news = 12, (1, 2, 4, 8), (16, 512), (16, 128)
+    model = GPT2LMHeadModel(GPT2Config(n_positions=1024, **cfg))  # random weights, CPU fp32
+    model = model.to(dev, torch.bfloat16).eval()
+    rng = random.Random(0)
+    g = torch.Generator().manual_seed(0)
+    done = []
+    with torch.inference_mode():
+        for _ in range(requests):
+            B, P, N = rng.choice(batches), rng.randint(*prompts), rng.randint(*news)
+            ids = torch.randint(3, cfg["vocab_size"], (B, P), generator=g).to(dev)
+            out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
+                                 max_new_tokens=N, min_new_tokens=N, num_beams=4,
+                                 do_sample=False, early_stopping=False, use_cache=True,
+                                 pad_token_id=0)
+            assert out.shape == (B, P + N), out.shape
+            done.append(dict(batch=B, prompt=P, new_tokens=N))
+    return dict(requests=done, beams=4, config=cfg, dtype="bfloat16",
+                params=sum(p.numel() for p in model.parameters()))
+
+
+def wl_recsys_train(dev, smoke):
+    """DLRM-shaped recommender: 8 embedding tables (EmbeddingBag, sum pooling, sparse
+    gradients) of 2 000 000 x 64 fp32 each (4 GB resident), a bottom MLP over 13 dense
+    features (512-256-64), pairwise dot-product interactions, a top MLP (512-256-1), binary
+    cross-entropy. SGD (lr 0.01) on the tables' sparse gradients, Adam on the MLPs. 40 steps,
+    each of a random batch (2 048-32 768) with a random number of ids per bag (1-32) per
+    table."""
+    torch = _torch()
+    nn = torch.nn
+    T, rows, D = (8, 1000, 8) if smoke else (8, 2_000_000, 64)
+    steps, batches, bag = (2, (16, 32), (1, 4)) if smoke else (40, (2048, 32768), (1, 32))
+    torch.manual_seed(0)
+    tables = nn.ModuleList([nn.EmbeddingBag(rows, D, mode="sum", sparse=True)
+                            for _ in range(T)]).to(dev)
+    bottom = nn.Sequential(nn.Linear(13, 512), nn.ReLU(), nn.Linear(512, 256), nn.ReLU(),
+                           nn.Linear(256, D), nn.ReLU()).to(dev)
+    pairs = (T + 1) * T // 2
+    top = nn.Sequential(nn.Linear(D + pairs, 512), nn.ReLU(), nn.Linear(512, 256), nn.ReLU(),
+                        nn.Linear(256, 1)).to(dev)
+    sparse_opt = torch.optim.SGD(tables.parameters(), lr=0.01)
+    dense_opt = torch.optim.Adam(list(bottom.parameters()) + list(top.parameters()), lr=1e-3)
+    iu = torch.triu_indices(T + 1, T + 1, offset=1, device=dev)
+    rng = random.Random(0)
+    g = torch.Generator(device=dev).manual_seed(0)
+    used = []
+    for _ in range(steps):
+        B = rng.randint(*batches)
+        used.append(B)
+        dense = torch.randn(B, 13, device=dev, generator=g)
+        y = torch.randint(0, 2, (B,), device=dev, generator=g).float()
+        embs = []
+        for t in tables:
+            lens = torch.randint(bag[0], bag[1] + 1, (B,), device=dev, generator=g)
+            offsets = torch.cumsum(lens, 0) - lens
+            ids = torch.randint(0, rows, (int(lens.sum()),), device=dev, generator=g)
+            embs.append(t(ids, offsets))
+        x = bottom(dense)
+        z = torch.stack([x] + embs, dim=1)  # B x (T+1) x D
+        inter = torch.bmm(z, z.transpose(1, 2))[:, iu[0], iu[1]]
+        logit = top(torch.cat([x, inter], dim=1)).squeeze(1)
+        loss = nn.functional.binary_cross_entropy_with_logits(logit, y)
+        loss.backward()
+        sparse_opt.step()
+        dense_opt.step()
+        sparse_opt.zero_grad(set_to_none=True)
+        dense_opt.zero_grad(set_to_none=True)
+    float(loss)
+    return dict(steps=steps, batches=used, tables=T, rows=rows, dim=D, bag=list(bag),
+                dtype="float32", optimizer="SGD (sparse tables) + Adam (MLPs)",
+                params=sum(p.numel() for m in (tables, bottom, top) for p in m.parameters()))
+
+
+def wl_vae_decode(dev, smoke):
+    """A Stable-Diffusion-shaped VAE decoder (written here, random weights: conv_in 4 -> 512,
+    a middle block of two ResNet blocks around one self-attention at latent resolution, up
+    blocks of 512, 512, 256, 128 channels with three ResNet blocks each and a nearest x2
+    upsample + conv after the first three, GroupNorm(32) + SiLU, conv_out to 3), fp16,
+    inference: 16 decodes in turn, each of a random batch (1-4) of latents of a random side
+    (32-128, i.e. 256-1024 px images, not square: each side drawn alone)."""
+    torch = _torch()
+    nn = torch.nn
+    F = torch.nn.functional
+
+    class Res(nn.Module):
+        def __init__(self, i, o):
+            super().__init__()
+            self.n1, self.c1 = nn.GroupNorm(32, i), nn.Conv2d(i, o, 3, padding=1)
+            self.n2, self.c2 = nn.GroupNorm(32, o), nn.Conv2d(o, o, 3, padding=1)
+            self.skip = nn.Conv2d(i, o, 1) if i != o else nn.Identity()
+
+        def forward(self, x):
+            h = self.c1(F.silu(self.n1(x)))
+            return self.skip(x) + self.c2(F.silu(self.n2(h)))
+
+    class Attn(nn.Module):
+        def __init__(self, c):
+            super().__init__()
+            self.n, self.qkv, self.out = nn.GroupNorm(32, c), nn.Conv2d(c, 3 * c, 1), nn.Conv2d(c, c, 1)
+
+        def forward(self, x):
+            B, C, H, W = x.shape
+            q, k, v = self.qkv(self.n(x)).reshape(B, 3, 1, C, H * W).transpose(-1, -2).unbind(1)
+            h = F.scaled_dot_product_attention(q, k, v)
+            return x + self.out(h.transpose(-1, -2).reshape(B, C, H, W))
+
+    ch = (64, 64, 32, 32) if smoke else (512, 512, 256, 128)
+    layers = [nn.Conv2d(4, ch[0], 3, padding=1), Res(ch[0], ch[0]), Attn(ch[0]), Res(ch[0], ch[0])]
+    prev = ch[0]
+    for i, c in enumerate(ch):
+        for _ in range(3):
+            layers.append(Res(prev, c))
+            prev = c
+        if i < len(ch) - 1:
+            layers += [nn.Upsample(scale_factor=2, mode="nearest"), nn.Conv2d(c, c, 3, padding=1)]
+    layers += [nn.GroupNorm(32, prev), nn.SiLU(), nn.Conv2d(prev, 3, 3, padding=1)]
+    torch.manual_seed(0)
+    model = nn.Sequential(*layers).to(dev, torch.float16).eval()
+    decodes, batches, sides = (2, (1, 2), (4, 8)) if smoke else (16, (1, 4), (32, 128))
+    rng = random.Random(0)
+    g = torch.Generator(device=dev).manual_seed(0)
+    shapes = []
+    with torch.inference_mode():
+        for _ in range(decodes):
+            B, H, W = rng.randint(*batches), rng.randint(*sides), rng.randint(*sides)
+            shapes.append([B, H, W])
+            z = torch.randn(B, 4, H, W, device=dev, generator=g, dtype=torch.float16)
+            img = model(z)
+            assert img.shape == (B, 3, 8 * H, 8 * W), img.shape
+            float(img.float().mean())
+    return dict(decodes=shapes, channels=list(ch), dtype="float16",
+                params=sum(p.numel() for p in model.parameters()))
+
+
 # Extra environment for a workload's process. The two small loops run with small cuBLAS /
 # cuBLASLt workspaces (4 MiB each; PyTorch's default on an H200 is 32 MiB each, allocated
 # through the caching allocator at the first matmul and kept to the end), so that the
@@ -1116,6 +1263,9 @@ WORKLOADS = {
     "lora_finetune": wl_lora_finetune,
     "video_train": wl_video_train,
     "gnn_train": wl_gnn_train,
+    "beam_search": wl_beam_search,
+    "recsys_train": wl_recsys_train,
+    "vae_decode": wl_vae_decode,
 }
 
 # The held-out set: recorded after vrampool's default policy constants were chosen on the
@@ -1126,8 +1276,12 @@ WORKLOADS = {
 # every tuning decision up to then, on workloads whose shapes the first eighteen lack.
 # The third three (lora_finetune, video_train, gnn_train) on 2026-12-04, after every
 # tuning decision up to then (the default policy of 143164c), likewise.
+# The fourth three (beam_search, recsys_train, vae_decode) on 2026-12-06, likewise: beam-search
+# decoding (a KV cache reordered at every token), a recommender with 4 GB of embedding tables
+# and sparse gradients of random size, and image decoding at random resolutions.
 HELD_OUT = ("t5_seq2seq", "gan_train", "serve_varbatch", "segment_train", "moe_train", "tiny_gpt",
-            "lora_finetune", "video_train", "gnn_train")
+            "lora_finetune", "video_train", "gnn_train", "beam_search", "recsys_train",
+            "vae_decode")
 
 
 def trace_path(out_dir, name):
