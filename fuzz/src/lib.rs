@@ -142,18 +142,36 @@ struct Session {
     ops: Vec<Op>,
 }
 
+/// What the hard limit had to make room for, for a request of `rounded`
+/// bytes: the request itself, which a segment shrinks to, or where segments
+/// are not fitted to the limit (`Config::fit_to_limit` off: the PyTorch
+/// preset) the segment it asks for, as PyTorch sizes it (2 MiB up to 1 MiB,
+/// 20 MiB below 10 MiB, else rounded up to 2 MiB; an exclusive request's is
+/// the request).
+fn limit_needs(config: &Config, max_segment: u64, rounded: u64, exclusive: bool) -> u64 {
+    if config.fit_to_limit || exclusive {
+        return rounded;
+    }
+    let segment = match rounded {
+        r if r <= 1 << 20 => 2 << 20,
+        r if r < 10 << 20 => 20 << 20,
+        r => r.next_multiple_of(2 << 20),
+    };
+    segment.min(max_segment).max(rounded)
+}
+
 /// What a refused request may change: the OOM and retry counters, and the
 /// cache it released. Refused by the limit: nothing (the limit refuses only
-/// a request not even the whole cache would make room for, and keeps that
-/// cache). Refused by the device: all that was releasable, and, with
+/// a request not even the whole cache would make room for — `need` bytes,
+/// see [`limit_needs`] — and keeps that cache). Refused by the device: all that was releasable, and, with
 /// relocatable blocks, segments the soft headroom emptied by moving their
 /// blocks. Everything else of `after` equals `before`.
-fn check_refusal(before: &Stats, after: &Stats, info: &OomInfo, rounded: u64) {
+fn check_refusal(before: &Stats, after: &Stats, info: &OomInfo, need: u64) {
     let released = after.counters.bytes_released - before.counters.bytes_released;
     if !info.device_refused {
         let limit = info.limit.expect("only a limit refuses but the device");
         assert!(
-            before.total.reserved_bytes.current - before.releasable_bytes + rounded > limit,
+            before.total.reserved_bytes.current - before.releasable_bytes + need > limit,
             "the limit refused a request the cache could have made room for"
         );
         assert_eq!(released, 0, "the limit's refusal keeps the cache");
@@ -267,7 +285,9 @@ pub fn engine_ops(data: &[u8]) {
                     Err(Error::OutOfMemory(info)) => {
                         let a = engine.config().alignment;
                         let rounded = size.div_ceil(a) * a;
-                        check_refusal(&before, &engine.stats(), &info, rounded)
+                        let max = engine.max_segment_size();
+                        let need = limit_needs(engine.config(), max, rounded, exclusive);
+                        check_refusal(&before, &engine.stats(), &info, need)
                     }
                     Err(_) => {
                         let after = engine.stats();
