@@ -380,19 +380,24 @@ pub struct Config {
     /// would pass the limit is made smaller, down to the request, so the
     /// room left is used before any cached segment is released; and under
     /// a [`LimitKind::Budget`] a shared medium segment is at most an eighth
-    /// of the budget. `false` is PyTorch's caching allocator: a segment is
-    /// the size its request asks for (2 MiB, 20 MiB, or the request rounded
-    /// to 2 MiB) or nothing; one that would pass the limit releases every
-    /// cached segment with nothing live in it and is asked once more, then
-    /// the request runs out of memory (its cache stays, where PyTorch would
-    /// have released it: a replay's first out-of-memory is all the smallest
-    /// budget counts). Off in [`Config::pytorch`], so that the preset's
-    /// smallest budgets are PyTorch's: with it on, the preset fitted
+    /// of the budget. `false` is PyTorch's caching allocator: under a limit
+    /// a segment is the size its request asks for (2 MiB, 20 MiB, or the
+    /// request rounded to 2 MiB in [`Config::pytorch`]; not padded to the
+    /// device's blocks, [`Config::fit_device_blocks`]) or nothing; one that
+    /// would pass the limit releases every cached segment with nothing live
+    /// in it and is asked once more. If not even that makes room, the
+    /// request takes any cached block that holds it where
+    /// [`Config::any_block_before_oom`] says so, else runs out of memory
+    /// with its cache kept and no retry counted (PyTorch releases the cache
+    /// and counts a retry first; a replay's first out-of-memory is all the
+    /// smallest budget counts). Off in [`Config::pytorch`], so that the
+    /// preset's smallest budgets are PyTorch's: with it on, the preset fitted
     /// small_loop ÷64 in 1.2 × peak live, in one shrunk 746 KiB segment,
-    /// where PyTorch needed 2.95 ×, and was within one step of the grid of
-    /// PyTorch's own figure on 14 of the corpus's 72 rows (60 with it off;
-    /// BENCHMARKS.md, "PyTorch's scheme's budgets are PyTorch's"). A
-    /// configuration saved without the field reads as `true`.
+    /// where PyTorch needed 3.3 × (one 2 MiB segment), and was within one
+    /// step of the grid of PyTorch's own figure on 14 of the corpus's 72
+    /// rows (60 with it off; BENCHMARKS.md, "PyTorch's scheme's budgets are
+    /// PyTorch's"). A configuration saved without the field reads as
+    /// `true`.
     ///
     /// ```
     /// use vrampool::{Config, Engine, Limit, Request, SimulatedDevice};
@@ -484,8 +489,12 @@ impl Config {
     /// segments, larger ones get their own segment rounded to 2 MiB; medium and
     /// large blocks share one best-fit index (PyTorch's large pool) and split
     /// only if more than 1 MiB is left; small blocks split freely; no soft
-    /// headroom, and the cache is released only when a request fails; under
-    /// a limit, segments keep these sizes ([`Config::fit_to_limit`] off).
+    /// headroom, and the cache is released only when a request fails; a
+    /// hard limit leaves these sizes as they are ([`Config::fit_to_limit`]
+    /// off). A device's own refusal takes the engine's steps all the same:
+    /// the request alone, then the whole cache released
+    /// ([`Engine::refused`](crate::Engine::refused)), where PyTorch asks
+    /// for the same size again after releasing.
     ///
     /// ```
     /// use vrampool::{Config, Engine, Request, SimulatedDevice};

@@ -224,7 +224,8 @@ proptest! {
                                 // What had to fit: the request, or where
                                 // segments are not fitted to the limit (the
                                 // PyTorch preset), the segment it asks for.
-                                let need = if fit_to_limit { size } else { pytorch_segment(size) };
+                                // (An exclusive request's segment is the request.)
+                                let need = if fit_to_limit || exclusive { size } else { pytorch_segment(size) };
                                 prop_assert!(info.reserved + need > limit - align);
                                 prop_assert!(
                                     before.total.reserved_bytes.current - before.releasable_bytes + need
@@ -1157,4 +1158,104 @@ fn a_plan_dropped_without_a_word_stops_counting_against_the_limit() {
     let a = e.allocate(Request::new(1 << 20, 0)).unwrap();
     assert_eq!(a.size, 1 << 20);
     e.check_invariants().unwrap();
+}
+
+/// The PyTorch preset under a 14 MiB limit, holding a 2 MiB small segment
+/// with a live block and a 12 MiB large one.
+fn pytorch_at_14_mib(any_block_before_oom: bool) -> Engine<SimulatedDevice> {
+    let mib = 1u64 << 20;
+    let config = Config {
+        limit: Some(Limit::Bytes(14 * mib)),
+        any_block_before_oom,
+        ..Config::pytorch()
+    };
+    let mut e = Engine::new(SimulatedDevice::new(1 << 30), config).unwrap();
+    e.allocate(Request::new(4096, 0)).unwrap();
+    let big = e.allocate(Request::new(12 * mib, 0)).unwrap();
+    e.free(big.id).unwrap();
+    assert_eq!(e.stats().total.reserved_bytes.current, 14 * mib);
+    e
+}
+
+/// A fresh request may not take the used 12 MiB block, and its own segment
+/// (20 MiB, a medium request's in the preset, which does not shrink it to
+/// the limit) would not fit even with that block's segment released: the
+/// limit refuses it and the cache stays. (A review found the release made
+/// for the request alone, 4 MiB, which fits: the cache went, then the
+/// request was refused.)
+#[test]
+fn a_fresh_request_whose_segment_the_limit_refuses_keeps_the_cache() {
+    let mut e = pytorch_at_14_mib(false);
+    let fresh = Request {
+        fresh: true,
+        ..Request::new(4 << 20, 0)
+    };
+    assert!(matches!(e.allocate(fresh), Err(Error::OutOfMemory(_))));
+    let s = e.stats();
+    assert_eq!(s.total.reserved_bytes.current, 14 << 20, "the cache stays");
+    assert_eq!(s.counters.bytes_released, 0);
+    e.check_invariants().unwrap();
+}
+
+/// With `fit_to_limit` off and `any_block_before_oom` on, a small request
+/// whose 2 MiB segment the limit refuses, with nothing releasable, takes a
+/// free range of the partly live large segment, as with `fit_to_limit` on.
+#[test]
+fn any_block_before_oom_serves_when_segments_are_not_fitted_to_the_limit() {
+    for any_block_before_oom in [false, true] {
+        let mut e = pytorch_at_14_mib(any_block_before_oom);
+        let mib = 1u64 << 20;
+        // 2 MiB of the cached 12 MiB block, then the small segment filled:
+        // nothing is releasable.
+        let medium = e.allocate(Request::new(2 * mib, 0)).unwrap();
+        e.allocate(Request::new(mib - 4096, 0)).unwrap();
+        e.allocate(Request::new(mib, 0)).unwrap();
+        assert_eq!(e.stats().total.reserved_bytes.current, 14 * mib);
+        let got = e.allocate(Request::new(512 << 10, 0));
+        if any_block_before_oom {
+            assert_eq!(
+                got.unwrap().segment,
+                medium.segment,
+                "served from the large segment"
+            );
+        } else {
+            assert!(matches!(got, Err(Error::OutOfMemory(_))));
+        }
+        e.check_invariants().unwrap();
+    }
+}
+
+/// On a device whose allocator places segments in shared blocks, a segment
+/// is padded to the device's range only where a limit may shrink it again:
+/// with `fit_to_limit` off, a 70 MiB request under a 100 MiB ceiling (under
+/// a budget nothing is padded) gets a 70 MiB segment (padded, 128 MiB, the
+/// limit would refuse it).
+#[test]
+fn segments_not_fitted_to_the_limit_are_not_padded_to_the_devices_blocks() {
+    let mib = 1u64 << 20;
+    let sizes = vrampool::Suballocation::new(128 * mib, 256 * mib, 0);
+    let device = SimulatedDevice::new(1 << 34).with_suballocation(sizes);
+    let config = Config {
+        fit_device_blocks: true,
+        limit: Some(Limit::Bytes(100 * mib)),
+        limit_kind: vrampool::LimitKind::Ceiling,
+        ..Config::pytorch()
+    };
+    let mut e = Engine::new(device, config).unwrap();
+    let a = e.allocate(Request::new(70 * mib, 0)).unwrap();
+    assert_eq!(e.stats().total.reserved_bytes.current, 70 * mib);
+    e.free(a.id).unwrap();
+    // With no limit the same request's segment is padded.
+    let sizes = vrampool::Suballocation::new(128 * mib, 256 * mib, 0);
+    let device = SimulatedDevice::new(1 << 34).with_suballocation(sizes);
+    let config = Config {
+        fit_device_blocks: true,
+        ..Config::pytorch()
+    };
+    let mut e = Engine::new(device, config).unwrap();
+    e.allocate(Request::new(70 * mib, 0)).unwrap();
+    assert!(
+        e.stats().total.reserved_bytes.current > 70 * mib,
+        "padded with no limit"
+    );
 }

@@ -190,6 +190,11 @@ fn a_configuration_saved_before_any_block_before_oom_still_reads() {
     );
 }
 
+#[test]
+fn a_configuration_saved_before_fit_to_limit_still_reads() {
+    assert_eq!(saved_without("fit_to_limit"), Config::default());
+}
+
 /// The default with the split guard at 1 × the headroom: a cached block
 /// above 0.085 × the high water serves only a request that fills half of it.
 /// The default splits any cached block, so packing before release and the

@@ -156,6 +156,18 @@ impl<B: Backend> Engine<B> {
         self.total.reserved_bytes.current + self.in_flight.load(Ordering::Relaxed)
     }
 
+    /// What the hard limit must make room for when a request of `rounded`
+    /// bytes of `class` needs a segment: the request, which a segment shrinks
+    /// to ([`Config::fit_to_limit`](crate::Config::fit_to_limit)), or else
+    /// the whole segment it asks for.
+    fn limit_needs(&self, pool: u16, rounded: u64, class: SegmentClass) -> u64 {
+        if self.config.fit_to_limit {
+            rounded
+        } else {
+            self.segment_size(pool, rounded, class)
+        }
+    }
+
     /// Whether `rounded` more bytes pass the hard limit even with every
     /// releasable segment released: the limit refuses the request, and the
     /// cache it could not use stays.
@@ -200,7 +212,7 @@ impl<B: Backend> Engine<B> {
             // would have served goes back if nothing lives in it, so a loop
             // of fresh requests (zeroed uploads) holds one, not a pile. Not
             // for a request the limit refuses: its cache stays.
-            if !self.over_limit_with_cache_released(rounded) {
+            if !self.over_limit_with_cache_released(self.limit_needs(pool, rounded, class)) {
                 self.release_segment_of(b);
             }
         }
@@ -224,7 +236,16 @@ impl<B: Backend> Engine<B> {
             && self.held() + size > limit
             && !self.config.fit_to_limit
         {
-            if self.held() - self.releasable() + size > limit {
+            if self.over_limit_with_cache_released(size) {
+                // As below: a cached block of any class, if the profile
+                // allows it, else out of memory with the cache kept.
+                if self.config.any_block_before_oom
+                    && cached
+                    && let Some(b) = self.find_last_resort(pool, class, rounded)
+                {
+                    self.counters.cache_hits += 1;
+                    return Ok(Planned::Hit(self.take_block(b, rounded, req)));
+                }
                 return Err(self.oom(req.size, false));
             }
             self.counters.alloc_retries += 1;

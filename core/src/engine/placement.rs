@@ -318,8 +318,11 @@ impl<B: Backend> Engine<B> {
             SegmentClass::Large => round_up(rounded, self.placement().large_rounding.max(1)),
             SegmentClass::Exclusive | SegmentClass::Preallocated | SegmentClass::Planned => rounded,
         };
+        // Fitted to the device's blocks, but not where a limit takes a
+        // segment as its request sizes it or not at all (`fit_to_limit` off).
+        let padded = self.limit.is_none() || self.config.fit_to_limit;
         let s = match class {
-            SegmentClass::Small | SegmentClass::Medium | SegmentClass::Large => {
+            SegmentClass::Small | SegmentClass::Medium | SegmentClass::Large if padded => {
                 self.fitted(pool, s)
             }
             _ => s,

@@ -170,13 +170,14 @@ mod tests {
         assert_eq!(letters(true, row(r_bound, 1.0, 1, LIVE), loose()), "");
         assert_eq!(letters(true, row(r_bound + 1, 1.0, 1, LIVE), loose()), "R");
         // 1.03 × + 1 MiB, with the grid's one step: 1.031 × 1000 MiB + 1 MiB
-        // is 1.032 × here.
-        assert_eq!(letters(true, row(LIVE, 1.032, 1, LIVE), loose()), "");
-        assert_eq!(letters(true, row(LIVE, 1.0321, 1, LIVE), loose()), "M");
+        // is 1.032 × here; a budget one grid step past it misses.
+        assert_eq!(letters(true, row(LIVE, 1.0315, 1, LIVE), loose()), "");
+        assert_eq!(letters(true, row(LIVE, 1.033, 1, LIVE), loose()), "M");
         assert_eq!(letters(true, row(LIVE, 1.0, 100, 4 * LIVE), loose()), "");
+        assert_eq!(letters(true, row(LIVE, 1.0, 101, 4 * LIVE), loose()), "A");
         assert_eq!(
-            letters(true, row(LIVE, 1.0, 101, 4 * LIVE + 1), loose()),
-            "AB"
+            letters(true, row(LIVE, 1.0, 100, 4 * LIVE + 1), loose()),
+            "B"
         );
     }
 
