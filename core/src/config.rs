@@ -394,8 +394,8 @@ pub struct Config {
     /// preset's smallest budgets are PyTorch's: with it on, the preset fitted
     /// small_loop ÷64 in 1.2 × peak live, in one shrunk 746 KiB segment,
     /// where PyTorch needed 3.3 × (one 2 MiB segment), and was within one
-    /// step of the grid of PyTorch's own figure on 14 of the corpus's 72
-    /// rows (60 with it off; BENCHMARKS.md, "PyTorch's scheme's budgets are
+    /// step of the grid of PyTorch's own figure on 14 of the 72 rows the
+    /// corpus had then (60 with it off; BENCHMARKS.md, "PyTorch's scheme's budgets are
     /// PyTorch's"). A configuration saved without the field reads as
     /// `true`.
     ///

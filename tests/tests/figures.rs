@@ -285,7 +285,9 @@ const GAPS: &[(&str, u64, &str)] = &[
     ("vit_finetune", 1, "B"),
     // Held out (data/traces/heldout; segment_train and tiny_gpt are of the
     // second held-out set, recorded on 2026-12-01; gnn_train, lora_finetune
-    // and video_train of the third, recorded on 2026-12-04).
+    // and video_train of the third, recorded on 2026-12-04; beam_search,
+    // recsys_train and vae_decode of the fourth, recorded on 2026-12-06).
+    ("beam_search", 1, "AB"),
     ("gan_train", 1, "RAB"),
     ("gan_train", 16, "R"),
     ("gnn_train", 1, "R"),
@@ -293,6 +295,7 @@ const GAPS: &[(&str, u64, &str)] = &[
     ("gnn_train", 64, "R"),
     ("lora_finetune", 1, "R"),
     ("lora_finetune", 16, "R"),
+    ("recsys_train", 1, "B"),
     ("segment_train", 1, "RB"),
     ("segment_train", 16, "R"),
     ("segment_train", 64, "R"),
@@ -300,6 +303,9 @@ const GAPS: &[(&str, u64, &str)] = &[
     ("t5_seq2seq", 64, "R"),
     ("tiny_gpt", 1, "AB"),
     ("tiny_gpt", 16, "R"),
+    ("vae_decode", 1, "RAB"),
+    ("vae_decode", 16, "R"),
+    ("vae_decode", 64, "R"),
     ("video_train", 1, "RAB"),
     ("video_train", 16, "R"),
     ("video_train", 64, "R"),
@@ -444,6 +450,7 @@ const PRESET_DIFFERS: &[(&str, u64, &str)] = &[
     ("lora_finetune", 1, "rab"),
     ("moe_train", 1, "b"),
     ("moe_train", 16, "ra"),
+    ("recsys_train", 64, "b"),
     ("segment_train", 1, "b"),
     ("serve_varbatch", 16, "ra"),
     ("t5_seq2seq", 16, "r"),
