@@ -6,8 +6,9 @@
 //! Each entry is packed into one `u128` (key in bits 96–103, size in 32–95,
 //! index in 0–31), whose integer order is the order of the
 //! `(key, size, index)` tuple: one integer compare per entry instead of
-//! three fields. The entries are kept in a sorted `Vec` while there are few,
-//! and in a `BTreeSet` once there are many. Replaying the corpus an engine
+//! three fields. Natively the entries are kept in a sorted `Vec` while there
+//! are few, and in a `BTreeSet` once there are many (the browser build keeps
+//! the `BTreeSet` alone: see `mod tree`). Replaying the corpus an engine
 //! holds 7–161 free blocks on average over all its pools, at most 238: there
 //! a binary search and a short `memmove` beat a B-tree's descent and node
 //! shuffles; a pool fragmented into thousands of free blocks does not pay a
@@ -19,32 +20,6 @@
 //! 96–98 ns per operation on a 2-core VM (about 20 of them the replay's own),
 //! and allocate + free beside 100 000 free blocks from 307 to 257 ns
 //! (BENCHMARKS.md, "The free index as a sorted vector").
-
-use std::collections::BTreeSet;
-use std::collections::btree_set;
-
-/// Entries above which a sorted `Vec` becomes a `BTreeSet`.
-const TO_TREE: usize = 512;
-/// Entries below which a `BTreeSet` becomes a sorted `Vec` again (well
-/// under [`TO_TREE`], so a pool hovering at the edge does not convert back
-/// and forth).
-const TO_VEC: usize = 128;
-
-#[derive(Debug)]
-enum Entries {
-    /// Sorted, no duplicates.
-    Vec(Vec<u128>),
-    Tree(BTreeSet<u128>),
-}
-
-#[derive(Debug)]
-pub(super) struct FreeIndex(Entries);
-
-impl Default for FreeIndex {
-    fn default() -> Self {
-        FreeIndex(Entries::Vec(Vec::new()))
-    }
-}
 
 /// The key of blocks in a followed plan's segments
 /// ([`SegmentClass::Planned`](crate::SegmentClass::Planned)): their entries
@@ -61,120 +36,227 @@ fn unpack(e: u128) -> (u8, u64, u32) {
     ((e >> 96) as u8, (e >> 32) as u64, e as u32)
 }
 
-/// The entries of a range, from either representation.
-enum Range<'a> {
-    Vec(std::slice::Iter<'a, u128>),
-    Tree(btree_set::Range<'a, u128>),
-}
+#[derive(Debug, Default)]
+pub(super) struct FreeIndex(Entries);
 
-impl Iterator for Range<'_> {
-    type Item = u128;
-    #[inline]
-    fn next(&mut self) -> Option<u128> {
-        match self {
-            Range::Vec(i) => i.next().copied(),
-            Range::Tree(i) => i.next().copied(),
+#[cfg(not(target_arch = "wasm32"))]
+use vector_or_tree::Entries;
+
+/// The entries, natively: a sorted `Vec` while there are few, a `BTreeSet`
+/// once there are many.
+#[cfg(not(target_arch = "wasm32"))]
+mod vector_or_tree {
+    use std::collections::BTreeSet;
+    use std::collections::btree_set;
+
+    /// Entries above which a sorted `Vec` becomes a `BTreeSet`.
+    pub(super) const TO_TREE: usize = 512;
+    /// Entries below which a `BTreeSet` becomes a sorted `Vec` again (well
+    /// under [`TO_TREE`], so a pool hovering at the edge does not convert
+    /// back and forth).
+    const TO_VEC: usize = 128;
+
+    #[derive(Debug)]
+    pub(super) enum Entries {
+        /// Sorted, no duplicates.
+        Vec(Vec<u128>),
+        Tree(BTreeSet<u128>),
+    }
+
+    impl Default for Entries {
+        fn default() -> Self {
+            Entries::Vec(Vec::new())
         }
     }
-}
 
-impl DoubleEndedIterator for Range<'_> {
-    #[inline]
-    fn next_back(&mut self) -> Option<u128> {
-        match self {
-            Range::Vec(i) => i.next_back().copied(),
-            Range::Tree(i) => i.next_back().copied(),
-        }
+    /// The entries of a range, from either representation.
+    pub(super) enum Range<'a> {
+        Vec(std::slice::Iter<'a, u128>),
+        Tree(btree_set::Range<'a, u128>),
     }
-}
 
-impl Entries {
-    /// The entries in `lo..hi` (`hi` `None`: to the end).
-    #[inline]
-    fn range(&self, lo: u128, hi: Option<u128>) -> Range<'_> {
-        match self {
-            Entries::Vec(v) => {
-                let start = v.partition_point(|&e| e < lo);
-                let end = hi.map_or(v.len(), |hi| v.partition_point(|&e| e < hi));
-                Range::Vec(v[start..end.max(start)].iter())
+    impl Iterator for Range<'_> {
+        type Item = u128;
+        #[inline]
+        fn next(&mut self) -> Option<u128> {
+            match self {
+                Range::Vec(i) => i.next().copied(),
+                Range::Tree(i) => i.next().copied(),
             }
-            Entries::Tree(t) => Range::Tree(match hi {
-                Some(hi) if hi <= lo => t.range(lo..lo),
-                Some(hi) => t.range(lo..hi),
-                None => t.range(lo..),
-            }),
+        }
+    }
+
+    impl DoubleEndedIterator for Range<'_> {
+        #[inline]
+        fn next_back(&mut self) -> Option<u128> {
+            match self {
+                Range::Vec(i) => i.next_back().copied(),
+                Range::Tree(i) => i.next_back().copied(),
+            }
+        }
+    }
+
+    impl Entries {
+        /// The entries in `lo..hi` (`hi` `None`: to the end).
+        #[inline]
+        pub(super) fn range(&self, lo: u128, hi: Option<u128>) -> Range<'_> {
+            match self {
+                Entries::Vec(v) => {
+                    let start = v.partition_point(|&e| e < lo);
+                    let end = hi.map_or(v.len(), |hi| v.partition_point(|&e| e < hi));
+                    Range::Vec(v[start..end.max(start)].iter())
+                }
+                Entries::Tree(t) => Range::Tree(match hi {
+                    Some(hi) if hi <= lo => t.range(lo..lo),
+                    Some(hi) => t.range(lo..hi),
+                    None => t.range(lo..),
+                }),
+            }
+        }
+
+        #[cold]
+        #[inline(never)]
+        fn grow_into_tree(&mut self) {
+            if let Entries::Vec(v) = self {
+                *self = Entries::Tree(std::mem::take(v).into_iter().collect());
+            }
+        }
+
+        #[cold]
+        #[inline(never)]
+        fn shrink_into_vec(&mut self) {
+            if let Entries::Tree(t) = self {
+                // In order, so the `Vec` is sorted.
+                *self = Entries::Vec(std::mem::take(t).into_iter().collect());
+            }
+        }
+
+        #[inline]
+        pub(super) fn insert(&mut self, e: u128) {
+            match self {
+                Entries::Vec(v) => {
+                    if let Err(i) = v.binary_search(&e) {
+                        v.insert(i, e);
+                        if v.len() > TO_TREE {
+                            self.grow_into_tree();
+                        }
+                    }
+                }
+                Entries::Tree(t) => {
+                    t.insert(e);
+                }
+            }
+        }
+
+        #[inline]
+        pub(super) fn remove(&mut self, e: u128) {
+            match self {
+                Entries::Vec(v) => {
+                    if let Ok(i) = v.binary_search(&e) {
+                        v.remove(i);
+                    }
+                }
+                Entries::Tree(t) => {
+                    t.remove(&e);
+                    if t.len() < TO_VEC {
+                        self.shrink_into_vec();
+                    }
+                }
+            }
+        }
+
+        #[inline]
+        pub(super) fn contains(&self, e: u128) -> bool {
+            match self {
+                Entries::Vec(v) => v.binary_search(&e).is_ok(),
+                Entries::Tree(t) => t.contains(&e),
+            }
+        }
+
+        pub(super) fn len(&self) -> usize {
+            match self {
+                Entries::Vec(v) => v.len(),
+                Entries::Tree(t) => t.len(),
+            }
+        }
+
+        /// Whether the entries are in the tree (for tests).
+        #[cfg(test)]
+        pub(super) fn is_tree(&self) -> bool {
+            matches!(self, Entries::Tree(_))
+        }
+    }
+}
+
+#[cfg(target_arch = "wasm32")]
+use tree::Entries;
+
+/// The entries in the browser: the `BTreeSet` alone. The vector's code is
+/// 3.5 KB of the page's gzipped wasm (386 194 → 389 741 bytes), a tenth of
+/// what is left under its 400 KB target, and the browser's pools hold few
+/// blocks and spend their time in the device's callbacks, not here.
+#[cfg(target_arch = "wasm32")]
+mod tree {
+    use std::collections::BTreeSet;
+
+    #[derive(Debug, Default)]
+    pub(super) struct Entries(BTreeSet<u128>);
+
+    impl Entries {
+        /// The entries in `lo..hi` (`hi` `None`: to the end).
+        #[inline]
+        pub(super) fn range(
+            &self,
+            lo: u128,
+            hi: Option<u128>,
+        ) -> impl DoubleEndedIterator<Item = u128> + '_ {
+            match hi {
+                Some(hi) if hi <= lo => self.0.range(lo..lo),
+                Some(hi) => self.0.range(lo..hi),
+                None => self.0.range(lo..),
+            }
+            .copied()
+        }
+
+        #[inline]
+        pub(super) fn insert(&mut self, e: u128) {
+            self.0.insert(e);
+        }
+
+        #[inline]
+        pub(super) fn remove(&mut self, e: u128) {
+            self.0.remove(&e);
+        }
+
+        #[inline]
+        pub(super) fn contains(&self, e: u128) -> bool {
+            self.0.contains(&e)
+        }
+
+        pub(super) fn len(&self) -> usize {
+            self.0.len()
         }
     }
 }
 
 impl FreeIndex {
-    #[cold]
-    #[inline(never)]
-    fn grow_into_tree(&mut self) {
-        if let Entries::Vec(v) = &mut self.0 {
-            self.0 = Entries::Tree(std::mem::take(v).into_iter().collect());
-        }
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn shrink_into_vec(&mut self) {
-        if let Entries::Tree(t) = &mut self.0 {
-            // In order, so the `Vec` is sorted.
-            self.0 = Entries::Vec(std::mem::take(t).into_iter().collect());
-        }
-    }
-
     #[inline]
     pub(super) fn insert(&mut self, key: u8, size: u64, index: u32) {
-        let e = pack(key, size, index);
-        match &mut self.0 {
-            Entries::Vec(v) => {
-                if let Err(i) = v.binary_search(&e) {
-                    v.insert(i, e);
-                    if v.len() > TO_TREE {
-                        self.grow_into_tree();
-                    }
-                }
-            }
-            Entries::Tree(t) => {
-                t.insert(e);
-            }
-        }
+        self.0.insert(pack(key, size, index));
     }
 
     #[inline]
     pub(super) fn remove(&mut self, key: u8, size: u64, index: u32) {
-        let e = pack(key, size, index);
-        match &mut self.0 {
-            Entries::Vec(v) => {
-                if let Ok(i) = v.binary_search(&e) {
-                    v.remove(i);
-                }
-            }
-            Entries::Tree(t) => {
-                t.remove(&e);
-                if t.len() < TO_VEC {
-                    self.shrink_into_vec();
-                }
-            }
-        }
+        self.0.remove(pack(key, size, index));
     }
 
     #[inline]
     pub(super) fn contains(&self, key: u8, size: u64, index: u32) -> bool {
-        let e = pack(key, size, index);
-        match &self.0 {
-            Entries::Vec(v) => v.binary_search(&e).is_ok(),
-            Entries::Tree(t) => t.contains(&e),
-        }
+        self.0.contains(pack(key, size, index))
     }
 
     pub(super) fn len(&self) -> usize {
-        match &self.0 {
-            Entries::Vec(v) => v.len(),
-            Entries::Tree(t) => t.len(),
-        }
+        self.0.len()
     }
 
     /// The free blocks of class `key` that hold `size` bytes, smallest
@@ -222,6 +304,7 @@ impl FreeIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeSet;
 
     #[test]
     fn packed_order_is_the_tuple_order() {
@@ -286,7 +369,7 @@ mod tests {
             most = most.max(size);
             assert_eq!(f.largest(), Some(most), "after {i} inserts");
         }
-        assert!(matches!(f.0, Entries::Tree(_)), "2 000 entries are a tree");
+        assert!(f.0.is_tree(), "2 000 entries are a tree");
         let top = |f: &FreeIndex| f.0.range(0, None).next_back().map(|e| unpack(e).1);
         assert!(top(&f) < f.largest(), "the last entry is not the answer");
         // Without class 2, the largest of the others, found the same way
@@ -309,7 +392,7 @@ mod tests {
             let (key, size, index) = unpack(e);
             f.remove(key, size, index);
         }
-        assert!(matches!(f.0, Entries::Vec(_)), "100 entries are a vector");
+        assert!(!f.0.is_tree(), "100 entries are a vector");
         let brute = others[others.len() - 100..]
             .iter()
             .map(|&e| unpack(e).1)
@@ -318,8 +401,8 @@ mod tests {
     }
 
     /// Every lookup answers as a `BTreeSet` of the same entries would, while
-    /// the index grows past [`TO_TREE`] into a tree and shrinks below
-    /// [`TO_VEC`] into a vector again, twice, removes and inserts of absent
+    /// the index grows past `TO_TREE` into a tree and shrinks below
+    /// `TO_VEC` into a vector again, twice, removes and inserts of absent
     /// and present entries among them.
     #[test]
     fn both_representations_answer_as_one_ordered_set() {
@@ -380,7 +463,7 @@ mod tests {
                     .map(|&m| unpack(m).1)
                     .max();
                 assert_eq!(f.largest(), largest);
-                let tree = matches!(f.0, Entries::Tree(_));
+                let tree = f.0.is_tree();
                 conversions += usize::from(tree != was_tree);
                 was_tree = tree;
             }
