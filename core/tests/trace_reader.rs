@@ -374,3 +374,71 @@ fn a_hand_made_trace_that_breaks_the_readers_rules_replays_without_losing_a_bloc
     }
     assert_eq!(engine.stats().total.allocated_bytes.current, 0);
 }
+
+/// Hands out its bytes in the chunk sizes given, round and round: a reader
+/// whose reads end anywhere, between the CR and LF of a CRLF too.
+struct Chunked {
+    bytes: Vec<u8>,
+    at: usize,
+    sizes: Vec<usize>,
+    next: usize,
+}
+
+impl std::io::Read for Chunked {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let size = self.sizes[self.next % self.sizes.len()];
+        self.next += 1;
+        let n = size.min(buf.len()).min(self.bytes.len() - self.at);
+        buf[..n].copy_from_slice(&self.bytes[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
+    }
+}
+
+proptest::proptest! {
+    /// Lines ending in LF, CR or CRLF, mixed, read in chunks of any size:
+    /// the same trace, or the same error on the same line, as the file with
+    /// every line ending in LF (the reader finds LF-only chunks with memchr
+    /// and rewrites the others byte by byte).
+    #[test]
+    fn any_line_ends_in_any_chunks_read_as_lf(
+        ends in proptest::collection::vec(0..3usize, 1..60),
+        sizes in proptest::collection::vec(1..200usize, 1..8),
+        bad in proptest::option::of((0..60usize, 0..2usize)),
+    ) {
+        let mut lines = vec![H.trim_end().to_string()];
+        for i in 1..ends.len() {
+            let p = 0x10 + (i as u64 / 2) * 0x1000;
+            let action = if i % 2 == 1 { "allocate" } else { "free" };
+            lines.push(format!("0,{i},{action},{p:#x},4096,0x0"));
+        }
+        if let Some((at, kind)) = bad {
+            let at = 1 + at % ends.len();
+            let line = match kind {
+                0 => "0,9,allocate,0x99999,abc,0x0".to_string(),
+                _ => "9".repeat(70_000),
+            };
+            lines.insert(at.min(lines.len()), line);
+        }
+        let mut mixed = String::new();
+        for (i, line) in lines.iter().enumerate() {
+            mixed += line;
+            mixed += ["\n", "\r", "\r\n"][ends[i % ends.len()]];
+        }
+        let lf = lines.join("\n") + "\n";
+        let want = Trace::parse("t", lf.as_bytes()).map_err(|e| e.to_string());
+        let got = Trace::from_reader(
+            "t",
+            Chunked { bytes: mixed.into_bytes(), at: 0, sizes, next: 0 },
+        )
+        .map_err(|e| e.to_string());
+        match (want, got) {
+            (Ok(w), Ok(g)) => {
+                proptest::prop_assert_eq!(&w.events, &g.events);
+                proptest::prop_assert_eq!(w.peak_live, g.peak_live);
+            }
+            (Err(w), Err(g)) => proptest::prop_assert_eq!(w, g),
+            (w, g) => proptest::prop_assert!(false, "LF: {:?}\nmixed: {:?}", w.map(|t| t.events.len()), g.map(|t| t.events.len())),
+        }
+    }
+}
