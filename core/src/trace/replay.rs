@@ -9,8 +9,9 @@
 
 use std::borrow::Cow;
 /// Maps keyed by a trace's pointers: foldhash rather than SipHash, a tenth of a
-/// replay's time less, and still seeded per map (minimally DoS-resistant: a
-/// crafted trace cannot name colliding pointers ahead of time).
+/// replay's time less. Natively each map is seeded from the process's random
+/// state, as std's are; on wasm32 foldhash seeds from addresses alone, as
+/// weak as std's keys are there (foldhash claims only minimal DoS resistance).
 type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 
 use serde::{Deserialize, Serialize};
