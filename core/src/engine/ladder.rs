@@ -121,7 +121,7 @@ impl<B: Backend> Engine<B> {
             .checked_add(self.config.alignment - 1)
             .map(|x| x & !(self.config.alignment - 1))
             .filter(|&r| r <= self.max_segment)
-            .ok_or_else(|| Error::TooLarge {
+            .ok_or(Error::TooLarge {
                 requested: req.size,
                 max_buffer_size: self.max_segment,
             })?;
