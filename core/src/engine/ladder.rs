@@ -237,16 +237,7 @@ impl<B: Backend> Engine<B> {
             && !self.config.fit_to_limit
         {
             if self.over_limit_with_cache_released(size) {
-                // As below: a cached block of any class, if the profile
-                // allows it, else out of memory with the cache kept.
-                if self.config.any_block_before_oom
-                    && cached
-                    && let Some(b) = self.find_last_resort(pool, class, rounded)
-                {
-                    self.counters.cache_hits += 1;
-                    return Ok(Planned::Hit(self.take_block(b, rounded, req)));
-                }
-                return Err(self.oom(req.size, false));
+                return self.last_resort(pool, class, rounded, req, cached);
             }
             self.counters.alloc_retries += 1;
             retried = true;
@@ -257,22 +248,10 @@ impl<B: Backend> Engine<B> {
             if self.held() + rounded <= limit {
                 size = self.fit(pool, size, rounded, limit);
             } else {
-                let hopeless = self.over_limit_with_cache_released(rounded);
-                // Releasing cannot make room: a cached block of any class
-                // serves the request instead, and nothing is released for it.
-                if self.config.any_block_before_oom
-                    && cached
-                    && hopeless
-                    && let Some(b) = self.find_last_resort(pool, class, rounded)
-                {
-                    self.counters.cache_hits += 1;
-                    return Ok(Planned::Hit(self.take_block(b, rounded, req)));
-                }
-                if hopeless {
+                if self.over_limit_with_cache_released(rounded) {
                     // Not even the whole cache would make room (a request
-                    // above the limit, or beside live blocks that fill it):
-                    // the request fails and the cache it could not use stays.
-                    return Err(self.oom(req.size, false));
+                    // above the limit, or beside live blocks that fill it).
+                    return self.last_resort(pool, class, rounded, req, cached);
                 }
                 self.counters.alloc_retries += 1;
                 retried = true;
@@ -348,6 +327,30 @@ impl<B: Backend> Engine<B> {
             retried,
             released_all: false,
         }))
+    }
+
+    /// A request the hard limit refuses even with the whole cache released:
+    /// a cached block of any class serves it where
+    /// [`Config::any_block_before_oom`](crate::Config::any_block_before_oom)
+    /// allows (a `cached` request, one that may take a used block), with
+    /// nothing released for it; else it runs out of memory, and the cache it
+    /// could not use stays.
+    fn last_resort(
+        &mut self,
+        pool: u16,
+        class: SegmentClass,
+        rounded: u64,
+        req: Request,
+        cached: bool,
+    ) -> Result<Planned> {
+        if self.config.any_block_before_oom
+            && cached
+            && let Some(b) = self.find_last_resort(pool, class, rounded)
+        {
+            self.counters.cache_hits += 1;
+            return Ok(Planned::Hit(self.take_block(b, rounded, req)));
+        }
+        Err(self.oom(req.size, false))
     }
 
     /// Takes in the segment the backend created for `plan` and hands out the
