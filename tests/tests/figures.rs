@@ -326,22 +326,26 @@ fn the_standing_targets_hold_on_every_row_but_the_listed_gaps() {
             found.push((v.trace.clone(), v.scale, m));
         }
     }
-    let listed: Vec<(String, u64, String)> = GAPS
+    assert_rows_as_listed(&found, GAPS, "the rows that miss a target");
+}
+
+/// Fails unless `found` is the rows of `listed` in its order (trace, scale,
+/// letters), printing today's rows as a list to paste in.
+fn assert_rows_as_listed(
+    found: &[(String, u64, String)],
+    listed: &[(&str, u64, &str)],
+    what: &str,
+) {
+    let listed: Vec<(String, u64, String)> = listed
         .iter()
         .map(|&(t, s, m)| (t.to_string(), s, m.to_string()))
         .collect();
-    let show = |g: &[(String, u64, String)]| {
-        g.iter()
-            .map(|(t, s, m)| format!("    (\"{t}\", {s}, \"{m}\"),"))
-            .collect::<Vec<_>>()
-            .join("\n")
-    };
-    assert_eq!(
-        found,
-        listed,
-        "the rows that miss a target changed; today they are:\n{}",
-        show(&found)
-    );
+    let show = found
+        .iter()
+        .map(|(t, s, m)| format!("    (\"{t}\", {s}, \"{m}\"),"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert_eq!(found, listed, "{what} changed; today they are:\n{show}");
 }
 
 #[test]
@@ -517,20 +521,9 @@ fn the_pytorch_preset_gives_pytorchs_own_figures_but_on_the_listed_rows() {
         rows().len() / POLICIES.len(),
         "every row has PyTorch's figures"
     );
-    let listed: Vec<(String, u64, String)> = PRESET_DIFFERS
-        .iter()
-        .map(|&(t, s, d)| (t.to_string(), s, d.to_string()))
-        .collect();
-    let show = |g: &[(String, u64, String)]| {
-        g.iter()
-            .map(|(t, s, d)| format!("    (\"{t}\", {s}, \"{d}\"),"))
-            .collect::<Vec<_>>()
-            .join("\n")
-    };
-    assert_eq!(
-        found,
-        listed,
-        "the rows where the preset is not PyTorch changed; today they are:\n{}",
-        show(&found)
+    assert_rows_as_listed(
+        &found,
+        PRESET_DIFFERS,
+        "the rows where the preset is not PyTorch",
     );
 }
