@@ -1,15 +1,12 @@
 //! Reading RAPIDS RMM's CSV log format (`Thread,Time,Action,Pointer,Size,Stream`),
 //! plain or gzip, streamed and validated: every error names its line.
 
-/// Maps keyed by a trace's pointers: foldhash rather than SipHash, a tenth of a
-/// replay's time less. Natively each map is seeded from the process's random
-/// state, as std's are; on wasm32 foldhash seeds from addresses alone, as
-/// weak as std's keys are there (foldhash claims only minimal DoS resistance).
-type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 use std::io::Read;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
+
+use super::PointerMap;
 
 /// The header every RMM log starts with.
 pub const HEADER: &str = "Thread,Time,Action,Pointer,Size,Stream";
@@ -450,7 +447,7 @@ impl Trace {
             name: name.to_string(),
             ..Default::default()
         };
-        let mut live: HashMap<u64, u64> = HashMap::default();
+        let mut live: PointerMap<u64, u64> = PointerMap::default();
         let mut cur = 0u64;
         let mut record = csv::StringRecord::new();
         let mut rows = 0usize;

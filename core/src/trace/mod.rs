@@ -31,3 +31,9 @@ pub use replay::{
     replay_relocatable, replay_submitting, smallest_budget,
 };
 pub use targets::{Missed, RowFigures, Targets};
+
+/// Maps keyed by a trace's pointers: foldhash rather than SipHash, a tenth of a
+/// replay's time less. Natively each map is seeded from the process's random
+/// state, as std's are; on wasm32 foldhash seeds from addresses alone, as
+/// weak as std's keys are there (foldhash claims only minimal DoS resistance).
+pub(crate) type PointerMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;

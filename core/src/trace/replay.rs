@@ -8,13 +8,10 @@
 //! (the browser).
 
 use std::borrow::Cow;
-/// Maps keyed by a trace's pointers: foldhash rather than SipHash, a tenth of a
-/// replay's time less. Natively each map is seeded from the process's random
-/// state, as std's are; on wasm32 foldhash seeds from addresses alone, as
-/// weak as std's keys are there (foldhash claims only minimal DoS resistance).
-type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 
 use serde::{Deserialize, Serialize};
+
+use super::PointerMap;
 
 use crate::backend::Backend;
 use crate::engine::Engine;
@@ -124,13 +121,13 @@ pub struct ReplayCounts {
 pub struct Replayer<'t, H> {
     trace: Cow<'t, Trace>,
     next: usize,
-    live: HashMap<u64, H>,
+    live: PointerMap<u64, H>,
     /// Blocks whose pointer a hand-made trace allocated again while they
     /// were live: they stay live until [`Replayer::take_live`].
     shadowed: Vec<H>,
     /// Pointers whose allocation was refused, with how many times (a
     /// hand-made trace may refuse one twice): live in the trace, not here.
-    refused: HashMap<u64, u32>,
+    refused: PointerMap<u64, u32>,
     /// The pointer of an `Allocate` step whose outcome is awaited.
     waiting: Option<u64>,
     live_bytes: u64,
@@ -147,9 +144,9 @@ impl<'t, H> Replayer<'t, H> {
         Replayer {
             trace,
             next: 0,
-            live: HashMap::with_capacity_and_hasher(1024, Default::default()),
+            live: PointerMap::with_capacity_and_hasher(1024, Default::default()),
             shadowed: Vec::new(),
-            refused: HashMap::default(),
+            refused: PointerMap::default(),
             waiting: None,
             live_bytes: 0,
             counts: ReplayCounts::default(),
