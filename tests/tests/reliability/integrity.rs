@@ -2,7 +2,12 @@
 //! the GPU with a pattern of its own when it is handed out and verified while
 //! it lives, so a block that shares a byte with another — or that another
 //! block's zeroing clears — is caught; every zeroed block handed out from
-//! reused memory is checked to read all zeros first.
+//! reused memory is checked to read all zeros first. Every other thousand
+//! operations is a loop that repeats a few sizes and submits often, so the
+//! front cache hands blocks on (and zeroes them) under the same checks.
+
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{Hash, Hasher};
 
 use vrampool::{Access, AllocDesc, Config, PoolBuffer};
 use vrampool_tests::{Range, Rng, Tagger};
@@ -17,6 +22,47 @@ struct Tagged {
     zeroed_reuse: bool,
 }
 
+/// The byte ranges handed out so far, per buffer (a hash of the buffer:
+/// one made after another was destroyed may share its hash, and then its
+/// fresh bytes are checked for zeros too, which they must also read).
+#[derive(Default)]
+struct Handed(HashMap<u64, BTreeMap<u64, u64>>);
+
+impl Handed {
+    /// Records `block`'s range; whether any byte of it was handed out before.
+    fn hand_out(&mut self, block: &PoolBuffer) -> bool {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        block.buffer().hash(&mut h);
+        let ranges = self.0.entry(h.finish()).or_default();
+        let (mut start, mut end) = (block.offset(), block.offset() + block.size());
+        // The disjoint ranges (start -> end) that touch [start, end), merged
+        // into it.
+        let touching: Vec<(u64, u64)> = ranges
+            .range(..end)
+            .rev()
+            .take_while(|&(_, &e)| e > start)
+            .map(|(&s, &e)| (s, e))
+            .collect();
+        for &(s, e) in &touching {
+            ranges.remove(&s);
+            start = start.min(s);
+            end = end.max(e);
+        }
+        ranges.insert(start, end);
+        !touching.is_empty()
+    }
+}
+
+/// A request size: most under 16 KiB, some up to 256 KiB, a few up to
+/// `max_size`.
+fn random_size(rng: &mut Rng, max_size: u64) -> u64 {
+    match rng.below(100) {
+        0..=69 => 1 + rng.below(16 << 10),
+        70..=97 => (16 << 10) + rng.below(256 << 10),
+        _ => (256 << 10) + rng.below(max_size - (256 << 10)),
+    }
+}
+
 /// Runs `ops` random operations and a GPU check every `every` of them; live
 /// bytes stay under `live_cap`. Returns (checks, zeroed reuses checked).
 fn run(config: Config, ops: u64, every: u64, live_cap: u64, max_size: u64) -> (u64, u64) {
@@ -25,16 +71,22 @@ fn run(config: Config, ops: u64, every: u64, live_cap: u64, max_size: u64) -> (u
     let mut rng = Rng(0x1d7e_6a1e_5eed ^ ops);
     let mut live: Vec<Tagged> = Vec::new();
     let mut fresh: Vec<Tagged> = Vec::new(); // handed out since the last check
+    let palette: Vec<u64> = (0..8).map(|_| random_size(&mut rng, max_size)).collect();
+    let mut handed = Handed::default();
     let (mut live_bytes, mut next_tag, mut checks, mut zero_checked) = (0u64, 1u32, 0, 0);
     for op in 1..=ops {
+        let looping = (op / 1000) % 2 == 1;
         let r = rng.below(1000);
         if r == 0 {
             pool.empty_cache();
         } else if r < 520 && live_bytes < live_cap || live.len() + fresh.len() < 2 {
-            let size = match rng.below(100) {
-                0..=69 => 1 + rng.below(16 << 10),
-                70..=97 => (16 << 10) + rng.below(256 << 10),
-                _ => (256 << 10) + rng.below(max_size - (256 << 10)),
+            // Every other thousand operations is a loop: its requests
+            // repeat a few sizes, as a loop's tensors do, and it submits
+            // every ten operations, so the front cache hands blocks on.
+            let size = if looping {
+                palette[rng.below(palette.len() as u64) as usize]
+            } else {
+                random_size(&mut rng, max_size)
             };
             let zero = rng.below(5) == 0;
             // Every placement: packed read-write and read-only blocks, and
@@ -49,18 +101,27 @@ fn run(config: Config, ops: u64, every: u64, live_cap: u64, max_size: u64) -> (u
             if zero {
                 desc = desc.zeroed();
             }
-            let hits = pool.stats().counters.cache_hits;
             let block = pool.alloc(desc).unwrap();
             live_bytes += block.size();
+            // Served from reused memory: some byte of it was handed out
+            // before. Told from the places handed out, not from the pool's
+            // stats, which would hand every block parked in the front cache
+            // back to the engine at each allocation, so that the front cache
+            // would serve none of them.
+            let reused = handed.hand_out(&block);
             fresh.push(Tagged {
                 block,
                 tag: next_tag,
-                zeroed_reuse: zero && pool.stats().counters.cache_hits > hits,
+                zeroed_reuse: zero && reused,
             });
             next_tag += 1;
         } else {
-            // Free a random block, old or new.
-            let i = rng.below((live.len() + fresh.len()) as u64) as usize;
+            // Free a random block, old or new; in a loop, one of its own.
+            let i = if looping && !fresh.is_empty() {
+                live.len() + rng.below(fresh.len() as u64) as usize
+            } else {
+                rng.below((live.len() + fresh.len()) as u64) as usize
+            };
             let t = if i < live.len() {
                 live.swap_remove(i)
             } else {
@@ -68,7 +129,7 @@ fn run(config: Config, ops: u64, every: u64, live_cap: u64, max_size: u64) -> (u
             };
             live_bytes -= t.block.size();
         }
-        if op % 100 == 0 {
+        if op % if looping { 10 } else { 100 } == 0 {
             // A frame: the only commands are the checks, submitted and waited
             // for, so what was dropped may be reused.
             pool.submitted();
@@ -103,13 +164,20 @@ fn run(config: Config, ops: u64, every: u64, live_cap: u64, max_size: u64) -> (u
         "the sequence reused memory: {:?}",
         s.counters
     );
+    // The front cache served some of them: its hand-on is checked too.
+    assert!(
+        s.counters.front_hits > ops / 1000,
+        "the front cache served blocks: {:?}",
+        s.counters
+    );
     pool.check_invariants().unwrap();
     drop(live);
     assert_eq!(pool.stats().total.allocated_bytes.current, 0);
     eprintln!(
-        "{ops} ops: {checks} GPU checks, {} blocks tagged, {zero_checked} zeroed reuses read back, {} cache hits, peak reserved {} MiB",
+        "{ops} ops: {checks} GPU checks, {} blocks tagged, {zero_checked} zeroed reuses read back, {} cache hits ({} from the front cache), peak reserved {} MiB",
         next_tag - 1,
         s.counters.cache_hits,
+        s.counters.front_hits,
         s.total.reserved_bytes.peak >> 20
     );
     (checks, zero_checked)
