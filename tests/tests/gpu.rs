@@ -231,8 +231,17 @@ fn a_request_above_max_buffer_size_is_an_error() {
     let pool = pool();
     let max = pool.device().limits().max_buffer_size;
     let err = pool.alloc(AllocDesc::storage(max + 1)).unwrap_err();
-    assert!(matches!(err, Error::TooLarge { .. }), "{err}");
+    assert!(
+        matches!(err, Error::TooLarge { requested, max_buffer_size }
+            if requested == max + 1 && max_buffer_size == max),
+        "{err}"
+    );
     assert!(err.to_string().contains("max_buffer_size"));
+    assert_eq!(
+        pool.stats().total.reserved_bytes.current,
+        0,
+        "nothing reserved"
+    );
     assert!(matches!(
         pool.alloc(AllocDesc::storage(0)),
         Err(Error::ZeroSize)
