@@ -88,7 +88,8 @@ pub enum Error {
         max = fmt_bytes(*.max_buffer_size)
     )]
     TooLarge {
-        /// Bytes asked for.
+        /// Bytes asked for (through `Pool`, rounded up to 4
+        /// bytes, as every block's range is).
         requested: u64,
         /// The largest single buffer the device allows.
         max_buffer_size: u64,
