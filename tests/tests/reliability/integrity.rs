@@ -2,9 +2,10 @@
 //! the GPU with a pattern of its own when it is handed out and verified while
 //! it lives, so a block that shares a byte with another — or that another
 //! block's zeroing clears — is caught; every zeroed block handed out from
-//! reused memory is checked to read all zeros first. Every other thousand
-//! operations is a loop that repeats a few sizes and submits often, so the
-//! front cache hands blocks on (and zeroes them) under the same checks.
+//! reused memory and still live at the next check must read all zeros then.
+//! Every other thousand operations is a loop that repeats a few sizes, frees
+//! what it tagged last and checks at each of its submits, so the blocks the
+//! front cache hands on (and zeroes) are checked too.
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
@@ -53,6 +54,9 @@ impl Handed {
     }
 }
 
+/// How many of the last blocks handed out a loop frees from.
+const LOOP_RECENT: usize = 16;
+
 /// A request size: most under 16 KiB, some up to 256 KiB, a few up to
 /// `max_size`.
 fn random_size(rng: &mut Rng, max_size: u64) -> u64 {
@@ -74,6 +78,7 @@ fn run(config: Config, ops: u64, every: u64, live_cap: u64, max_size: u64) -> (u
     let palette: Vec<u64> = (0..8).map(|_| random_size(&mut rng, max_size)).collect();
     let mut handed = Handed::default();
     let (mut live_bytes, mut next_tag, mut checks, mut zero_checked) = (0u64, 1u32, 0, 0);
+    let mut loop_zero_checked = 0u64;
     for op in 1..=ops {
         let looping = (op / 1000) % 2 == 1;
         let r = rng.below(1000);
@@ -116,9 +121,12 @@ fn run(config: Config, ops: u64, every: u64, live_cap: u64, max_size: u64) -> (u
             });
             next_tag += 1;
         } else {
-            // Free a random block, old or new; in a loop, one of its own.
-            let i = if looping && !fresh.is_empty() {
-                live.len() + rng.below(fresh.len() as u64) as usize
+            // Free a random block, old or new; in a loop, one of the last
+            // it handed out and tagged (`live` grows at its end), so the
+            // front cache hands on blocks whose bytes are a checked owner's.
+            let i = if looping && !live.is_empty() {
+                let recent = live.len().min(LOOP_RECENT);
+                live.len() - 1 - rng.below(recent as u64) as usize
             } else {
                 rng.below((live.len() + fresh.len()) as u64) as usize
             };
@@ -134,7 +142,12 @@ fn run(config: Config, ops: u64, every: u64, live_cap: u64, max_size: u64) -> (u
             // for, so what was dropped may be reused.
             pool.submitted();
         }
-        if op % every == 0 || op == ops {
+        // A check every `every` operations verifies every live block; in a
+        // loop one at each submit also tags the blocks handed out since the
+        // last (verifying those alone), so a block the front cache hands on
+        // is checked before the loop frees it again.
+        let full = op % every == 0 || op == ops;
+        if full || looping && op % 10 == 0 {
             let zero_ranges: Vec<Range> = fresh
                 .iter()
                 .filter(|t| t.zeroed_reuse)
@@ -146,6 +159,7 @@ fn run(config: Config, ops: u64, every: u64, live_cap: u64, max_size: u64) -> (u
                 .collect();
             let verify: Vec<_> = live
                 .iter()
+                .filter(|_| full)
                 .chain(&fresh)
                 .map(|t| (Range::from(&*t.block), t.tag))
                 .collect();
@@ -153,6 +167,9 @@ fn run(config: Config, ops: u64, every: u64, live_cap: u64, max_size: u64) -> (u
             assert_eq!(corrupt, 0, "corrupted tag words after op {op}");
             assert_eq!(nonzero, 0, "a zeroed block held old bytes after op {op}");
             zero_checked += zero_ranges.len() as u64;
+            if !full {
+                loop_zero_checked += zero_ranges.len() as u64;
+            }
             drop((zero_ranges, write, verify));
             live.append(&mut fresh);
             checks += 1;
@@ -164,17 +181,25 @@ fn run(config: Config, ops: u64, every: u64, live_cap: u64, max_size: u64) -> (u
         "the sequence reused memory: {:?}",
         s.counters
     );
-    // The front cache served some of them: its hand-on is checked too.
-    assert!(
-        s.counters.front_hits > ops / 1000,
-        "the front cache served blocks: {:?}",
-        s.counters
-    );
+    // The front cache served some of them, and the loops' checks read
+    // zeroed blocks handed on (a run of a few thousand operations has too
+    // few loops to say).
+    if ops >= 10_000 {
+        assert!(
+            s.counters.front_hits > ops / 1000,
+            "the front cache served blocks: {:?}",
+            s.counters
+        );
+        assert!(
+            loop_zero_checked > ops / 10_000,
+            "{loop_zero_checked} zeroed reuses read back inside loops"
+        );
+    }
     pool.check_invariants().unwrap();
     drop(live);
     assert_eq!(pool.stats().total.allocated_bytes.current, 0);
     eprintln!(
-        "{ops} ops: {checks} GPU checks, {} blocks tagged, {zero_checked} zeroed reuses read back, {} cache hits ({} from the front cache), peak reserved {} MiB",
+        "{ops} ops: {checks} GPU checks, {} blocks tagged, {zero_checked} zeroed reuses read back ({loop_zero_checked} inside loops), {} cache hits ({} from the front cache), peak reserved {} MiB",
         next_tag - 1,
         s.counters.cache_hits,
         s.counters.front_hits,
