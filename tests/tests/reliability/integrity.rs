@@ -67,7 +67,8 @@ fn random_size(rng: &mut Rng, max_size: u64) -> u64 {
     }
 }
 
-/// Runs `ops` random operations and a GPU check every `every` of them; live
+/// Runs `ops` random operations and a GPU check of every live block every
+/// `every` of them (in loops, one of the new blocks every ten too); live
 /// bytes stay under `live_cap`. Returns (checks, zeroed reuses checked).
 fn run(config: Config, ops: u64, every: u64, live_cap: u64, max_size: u64) -> (u64, u64) {
     let pool = pool_with(config);
