@@ -1,6 +1,8 @@
 //! Helpers for the workspace-level tests: a real wgpu device (lavapipe in CI),
 //! the tag-and-verify compute shader from `shaders/`, and the shared traces.
 
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{Hash, Hasher};
 use std::path::PathBuf;
 
 use vrampool::BufferBlock;
@@ -422,6 +424,46 @@ impl Batch<'_> {
     }
 }
 
+/// The byte ranges handed out so far, per buffer: tells a block served from
+/// reused memory by its place alone, without reading the pool's stats (which
+/// hand every block parked in the front cache back to the engine, so that the
+/// front cache would hand on none). A buffer is known by a hash of its handle:
+/// one made after another was destroyed may share its hash, and then its fresh
+/// bytes count as reused, which only makes a test check them for zeros too.
+#[derive(Default)]
+pub struct Handed(HashMap<u64, BTreeMap<u64, u64>>);
+
+impl Handed {
+    /// Records `block`'s range; whether any byte of it was handed out before.
+    pub fn hand_out(&mut self, block: &BufferBlock) -> bool {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        block.buffer().hash(&mut h);
+        self.hand_out_range(h.finish(), block.offset(), block.size())
+    }
+
+    /// Records `size` bytes at `offset` of the buffer known as `buffer`;
+    /// whether any byte of them was recorded before.
+    pub fn hand_out_range(&mut self, buffer: u64, offset: u64, size: u64) -> bool {
+        let ranges = self.0.entry(buffer).or_default();
+        let (mut start, mut end) = (offset, offset + size);
+        // The disjoint ranges (start -> end) that share a byte with
+        // [start, end), merged into it.
+        let touching: Vec<(u64, u64)> = ranges
+            .range(..end)
+            .rev()
+            .take_while(|&(_, &e)| e > start)
+            .map(|(&s, &e)| (s, e))
+            .collect();
+        for &(s, e) in &touching {
+            ranges.remove(&s);
+            start = start.min(s);
+            end = end.max(e);
+        }
+        ranges.insert(start, end);
+        !touching.is_empty()
+    }
+}
+
 /// A tiny xorshift so random sequences are reproducible without a dependency.
 pub struct Rng(pub u64);
 
@@ -481,4 +523,26 @@ pub fn read_range(
         .to_vec();
     staging.unmap();
     bytes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Handed;
+
+    #[test]
+    fn handed_tells_a_range_that_shares_a_byte_with_one_before() {
+        let mut h = Handed::default();
+        assert!(!h.hand_out_range(1, 0, 256));
+        // Adjacent, or in another buffer: no byte shared.
+        assert!(!h.hand_out_range(1, 256, 256));
+        assert!(!h.hand_out_range(2, 0, 256));
+        // Inside, straddling, or at another offset over one: shared.
+        assert!(h.hand_out_range(1, 64, 64));
+        assert!(h.hand_out_range(1, 200, 100));
+        assert!(!h.hand_out_range(1, 1024, 256));
+        // Over the gap between [0, 512) and [1024, 1280): touches both.
+        assert!(h.hand_out_range(1, 511, 514));
+        assert_eq!(h.0[&1].iter().collect::<Vec<_>>(), [(&0, &1280)]);
+        assert!(!h.hand_out_range(1, 1280, 4));
+    }
 }

@@ -203,7 +203,7 @@ fn interleave_with(
     empty_cache: bool,
     frame_loop: bool,
 ) -> Interleaving {
-    use vrampool_tests::{Pass, Range, Rng, Tagger};
+    use vrampool_tests::{Handed, Pass, Range, Rng, Tagger};
     let tagger = Tagger::new(pool.device(), pool.queue());
     let mut rng = Rng(seed);
     let mut owners: Vec<Owner> = Vec::new();
@@ -215,16 +215,10 @@ fn interleave_with(
     let mut enc = pool.device().create_command_encoder(&Default::default());
     tagger.reset_errors();
     let before = pool.stats().counters;
-    // Ranges handed out so far (a hash of the buffer, the offset), to tell a
-    // zeroed block served from reused bytes without reading the pool's stats
-    // (which would hand every parked block back to the engine each time).
-    let mut handed = std::collections::HashSet::new();
-    let place = |b: &PoolBuffer| {
-        use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        b.buffer().hash(&mut h);
-        (h.finish(), b.offset())
-    };
+    // Tells a zeroed block served from reused bytes by its place, without
+    // reading the pool's stats (which would hand every parked block back to
+    // the engine each time).
+    let mut handed = Handed::default();
     for op in 0..ops {
         let r = rng.below(100);
         let full = batch.len() + 2 >= BATCH;
@@ -272,7 +266,7 @@ fn interleave_with(
                 desc = desc.zeroed();
             }
             let block = pool.alloc(desc).unwrap();
-            let reused = !handed.insert(place(&block));
+            let reused = handed.hand_out(&block);
             let tag = next_tag;
             next_tag += 1;
             let range = Range::from(&*block);

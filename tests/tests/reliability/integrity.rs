@@ -7,11 +7,8 @@
 //! what it tagged last and checks at each of its submits, so the blocks the
 //! front cache hands on (and zeroes) are checked too.
 
-use std::collections::{BTreeMap, HashMap};
-use std::hash::{Hash, Hasher};
-
 use vrampool::{Access, AllocDesc, Config, PoolBuffer};
-use vrampool_tests::{Range, Rng, Tagger};
+use vrampool_tests::{Handed, Range, Rng, Tagger};
 
 use super::{env_count, pool_with};
 
@@ -21,37 +18,6 @@ struct Tagged {
     tag: u32,
     /// Asked for zeroed and served from reused memory: must read all zeros.
     zeroed_reuse: bool,
-}
-
-/// The byte ranges handed out so far, per buffer (a hash of the buffer:
-/// one made after another was destroyed may share its hash, and then its
-/// fresh bytes are checked for zeros too, which they must also read).
-#[derive(Default)]
-struct Handed(HashMap<u64, BTreeMap<u64, u64>>);
-
-impl Handed {
-    /// Records `block`'s range; whether any byte of it was handed out before.
-    fn hand_out(&mut self, block: &PoolBuffer) -> bool {
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        block.buffer().hash(&mut h);
-        let ranges = self.0.entry(h.finish()).or_default();
-        let (mut start, mut end) = (block.offset(), block.offset() + block.size());
-        // The disjoint ranges (start -> end) that touch [start, end), merged
-        // into it.
-        let touching: Vec<(u64, u64)> = ranges
-            .range(..end)
-            .rev()
-            .take_while(|&(_, &e)| e > start)
-            .map(|(&s, &e)| (s, e))
-            .collect();
-        for &(s, e) in &touching {
-            ranges.remove(&s);
-            start = start.min(s);
-            end = end.max(e);
-        }
-        ranges.insert(start, end);
-        !touching.is_empty()
-    }
 }
 
 /// How many of the last blocks handed out a loop frees from.
