@@ -215,9 +215,7 @@ fn interleave_with(
     let mut enc = pool.device().create_command_encoder(&Default::default());
     tagger.reset_errors();
     let before = pool.stats().counters;
-    // Tells a zeroed block served from reused bytes by its place, without
-    // reading the pool's stats (which would hand every parked block back to
-    // the engine each time).
+    // Tells a zeroed block served from reused bytes (by place: see `Handed`).
     let mut handed = Handed::default();
     for op in 0..ops {
         let r = rng.below(100);

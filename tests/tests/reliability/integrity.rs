@@ -76,10 +76,7 @@ fn run(config: Config, ops: u64, every: u64, live_cap: u64, max_size: u64) -> (u
             let block = pool.alloc(desc).unwrap();
             live_bytes += block.size();
             // Served from reused memory: some byte of it was handed out
-            // before. Told from the places handed out, not from the pool's
-            // stats, which would hand every block parked in the front cache
-            // back to the engine at each allocation, so that the front cache
-            // would serve none of them.
+            // before (told by place, not by stats: see `Handed`).
             let reused = handed.hand_out(&block);
             fresh.push(Tagged {
                 block,
