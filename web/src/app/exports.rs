@@ -11,7 +11,7 @@ use wasm_bindgen::{JsCast, JsValue};
 use super::page::Page;
 use super::segments::{SHOWN, SegmentCanvas, SegmentLegend};
 use crate::model::axes::grouped;
-use crate::model::{ModelCell, SegmentView, segment_views};
+use crate::model::{ModelCell, SegmentView, refuse_upload, segment_views};
 
 /// Makes the browser download `text` as a file called `name`.
 fn download(name: &str, mime: &str, text: &str) -> Result<(), String> {
@@ -111,8 +111,14 @@ pub fn ExportPanel() -> impl IntoView {
         let Some(file) = input.files().and_then(|f| f.get(0)) else {
             return;
         };
+        let name = file.name();
+        let instead = "pick a snapshot that a pool wrote (download snapshot, Pool::snapshot)";
+        if let Some(e) = refuse_upload(&name, file.size(), instead) {
+            import_error.set(Some(e));
+            input.set_value("");
+            return;
+        }
         spawn_local(async move {
-            let name = file.name();
             let read = wasm_bindgen_futures::JsFuture::from(file.array_buffer()).await;
             let Ok(buf) = read else {
                 return import_error.set(Some(format!("cannot read {name}")));

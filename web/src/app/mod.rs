@@ -97,7 +97,7 @@ fn tick(page: Page, n: u64) {
     let t = now_s();
     page.with_model(|m| {
         let stats = m.sample(t);
-        page.stats.set(Some(stats));
+        set_if_changed(page.stats, Some(stats));
         page.points.set(m.points.clone());
         set_if_changed(page.device, DeviceView::of(m));
         set_if_changed(page.replay, ReplayView::of(m));

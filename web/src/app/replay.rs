@@ -11,6 +11,7 @@ use vrampool::{Trace, fmt_bytes};
 use super::page::{Page, TICK, now_s, rest_of_tick, sleep};
 use crate::model::{
     MAX_UPLOAD_ROWS, Model, ModelCell, Replay, ReplayResult, SAMPLES, advance_replay, parse_speed,
+    refuse_upload,
 };
 
 /// Events replayed at most per tick, so a slow device falls behind instead of freezing.
@@ -126,7 +127,9 @@ pub fn ReplayPanel() -> impl IntoView {
         match started {
             Some(Ok(id)) => spawn_local(run_replay(page, id)),
             Some(Err(e)) => trace_error.set(Some(e.to_string())),
-            None => {}
+            None => trace_error.set(Some(
+                "the device is still opening: try again in a moment".into(),
+            )),
         }
     };
     let replay_sample = move |_| {
@@ -152,8 +155,15 @@ pub fn ReplayPanel() -> impl IntoView {
         let Some(file) = input.files().and_then(|f| f.get(0)) else {
             return;
         };
+        let name = file.name();
+        let instead = format!("the harness replays any size: vrampool replay --simulate {name}");
+        if let Some(e) = refuse_upload(&name, file.size(), &instead) {
+            page.say(format!("trace refused: {e}"));
+            trace_error.set(Some(e));
+            input.set_value("");
+            return;
+        }
         spawn_local(async move {
-            let name = file.name();
             let bytes = match wasm_bindgen_futures::JsFuture::from(file.array_buffer()).await {
                 Ok(b) => js_sys::Uint8Array::new(&b).to_vec(),
                 Err(_) => {

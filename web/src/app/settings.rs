@@ -32,6 +32,11 @@ pub fn SettingsPanel() -> impl IntoView {
         Ok((b, c, g))
     };
     let apply = move |_| {
+        // Not under a replay: a new pool would end it, new limits would
+        // change its budget halfway (and not its PyTorch twin's).
+        if replaying(page) {
+            return page.fail(REPLAYING);
+        }
         page.error.set(None);
         let (b, c, g) = match read_settings() {
             Ok(settings) => settings,

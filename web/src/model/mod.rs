@@ -97,6 +97,26 @@ pub fn parse_mib(s: &str) -> Result<Option<u64>, String> {
 /// few MB of gzip can unpack to GBs of rows.
 pub const MAX_UPLOAD_ROWS: usize = 4_000_000;
 
+/// The largest file the page reads: a file is read whole into the tab's
+/// memory before it is parsed, and a copy past what wasm32 can hold would
+/// kill the page. [`MAX_UPLOAD_ROWS`] plain rows of an RMM log are about
+/// 240 MB.
+pub const MAX_UPLOAD_BYTES: u64 = 512 << 20;
+
+/// Why a picked file of `size` bytes is refused before it is read, if it
+/// is; `instead` says what to do with it.
+pub fn refuse_upload(name: &str, size: f64, instead: &str) -> Option<String> {
+    // A size that is not a number is refused too.
+    let fits = size.is_finite() && size <= MAX_UPLOAD_BYTES as f64;
+    (!fits).then(|| {
+        format!(
+            "{name} is {}, more than the {} the page reads into a browser tab's memory; {instead}",
+            fmt_bytes(size as u64),
+            fmt_bytes(MAX_UPLOAD_BYTES)
+        )
+    })
+}
+
 /// One point of the timeline.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Point {
@@ -357,7 +377,8 @@ impl Model {
         // budget or a buffer) leave the blocks held and the replay running.
         let backing = self.backing.renew(config)?;
         self.free_all();
-        self.replay = None;
+        // A replay under way ends here, its figures so far logged.
+        self.finish_replay();
         self.collect_recording();
         self.backing = backing;
         (self.growth, self.cache_limit) = (growth, cache_limit);
@@ -490,6 +511,22 @@ mod tests {
     }
 
     #[test]
+    fn a_file_past_what_a_tab_can_read_is_refused_before_it_is_read() {
+        assert_eq!(refuse_upload("t.csv.gz", 0.0, "x"), None);
+        assert_eq!(
+            refuse_upload("t.csv.gz", MAX_UPLOAD_BYTES as f64, "x"),
+            None
+        );
+        let e = refuse_upload("big.csv", 3e9, "use the harness").unwrap();
+        assert!(
+            e.starts_with("big.csv is 2.79 GiB, more than the 512.00 MiB"),
+            "{e}"
+        );
+        assert!(e.ends_with("; use the harness"), "{e}");
+        assert!(refuse_upload("odd", f64::NAN, "x").is_some());
+    }
+
+    #[test]
     fn counts_and_speeds_are_read_or_refused_with_what_they_must_be() {
         assert_eq!(parse_count(" 16 "), Ok(16));
         assert_eq!(parse_count("4096"), Ok(4096));
@@ -537,10 +574,14 @@ mod tests {
             assert_eq!(m.held.len(), 4);
             assert_eq!(m.stats().total.allocated_bytes.current, allocated);
         }
-        // Settings it takes start the new pool, the blocks freed first.
+        // Settings it takes start the new pool, the blocks freed first, and
+        // end the replay with a word: its figures so far, logged.
         m.reset(Growth::OnDemand, None, None).unwrap();
         assert!(m.replay.is_none() && m.held.is_empty());
         assert_eq!(m.stats().total.allocated_bytes.current, 0);
+        assert!(!m.replay_result.unwrap().done);
+        let said = m.log.back().unwrap();
+        assert!(said.contains(" stopped in "), "{said}");
     }
 
     #[test]

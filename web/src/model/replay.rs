@@ -34,6 +34,9 @@ pub struct Replay {
     peak_live: u64,
     /// Wall clock at the start.
     wall: web_time::Instant,
+    /// Stopped by a refusal other than out-of-memory (a lost device), which
+    /// core counts with the refusals and the page does not call an OOM.
+    stopped_by_error: bool,
 }
 
 impl Replay {
@@ -156,6 +159,7 @@ impl Model {
             limit,
             peak_live: 0,
             wall: web_time::Instant::now(),
+            stopped_by_error: false,
         });
         self.replay_result = None;
         Ok(id)
@@ -187,7 +191,7 @@ impl Model {
             peak_reserved: s.total.reserved_bytes.peak,
             device_allocs: s.counters.device_allocs - r.start.device_allocs,
             cache_hits: s.counters.cache_hits - r.start.cache_hits,
-            ooms: r.replayer.counts().ooms,
+            ooms: r.replayer.counts().ooms - u64::from(r.stopped_by_error),
             millis: r.wall.elapsed().as_millis() as u64,
             twin: done
                 .then(|| TwinResult::of(trace, self.max_buffer, r.limit))
@@ -249,9 +253,14 @@ impl Model {
             return;
         };
         let refused = outcome.as_ref().err().map(Error::to_string);
-        // Core hands back an error other than out-of-memory (after counting
-        // it) for the caller to stop or go on; the page goes on.
-        let _ = r.replayer.allocated(outcome);
+        // Core hands back an error other than out-of-memory (a lost device)
+        // for the caller to stop or go on: no later request could be served,
+        // so the replay stops and says why.
+        if let Err(e) = r.replayer.allocated(outcome) {
+            r.stopped_by_error = true;
+            self.say(format!("replay stopped: {e}"));
+            return self.finish_replay();
+        }
         let ooms = r.replayer.counts().ooms;
         if let Some(err) = refused
             && ooms <= 3
@@ -276,4 +285,39 @@ pub async fn advance_replay(model: &impl ModelCell, id: u64, n: usize) -> bool {
         model.with_model(|m| m.replay_allocated(id, outcome));
     }
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use vrampool::{Error, Trace};
+
+    use super::{Model, Next, SAMPLES};
+
+    #[test]
+    fn a_refusal_other_than_out_of_memory_stops_the_replay_and_says_why() {
+        let path = format!(
+            "{}/samples/{}.csv.gz",
+            env!("CARGO_MANIFEST_DIR"),
+            SAMPLES[0]
+        );
+        let mut m = Model::simulated("test");
+        let id = m.start_replay(Trace::open(path).unwrap(), 1e9).unwrap();
+        // Up to the first allocation, which the device answers as lost.
+        while !matches!(m.replay_step(id), Next::Allocate(..)) {}
+        m.replay_allocated(id, Err(Error::DeviceLost("destroyed".into())));
+        assert!(m.replay.is_none(), "no later request could be served");
+        let r = m.replay_result.unwrap();
+        assert_eq!((r.done, r.ooms), (false, 0), "a lost device is no OOM");
+        let log: Vec<&String> = m.log.iter().rev().take(2).collect();
+        assert!(
+            log[0].contains(" stopped in ") && log[0].contains(", 0 OOMs"),
+            "{}",
+            log[0]
+        );
+        assert!(
+            log[1].starts_with("replay stopped: ") && log[1].contains("destroyed"),
+            "{}",
+            log[1]
+        );
+    }
 }

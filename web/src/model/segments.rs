@@ -204,7 +204,11 @@ impl MapLayout {
     }
 
     /// The middle of the first live block that hovering there finds (one
-    /// not painted over), as `(x, y)`.
+    /// not painted over), as `(x, y)`. Linear in the blocks: they are laid
+    /// out in offset order, each at least a pixel wide, so block `i` is on
+    /// top at its middle exactly when the next one starts past it (a block
+    /// wider than its pixel ends a pixel before the next starts; a later
+    /// one that starts at or before the middle of a one-pixel block covers it).
     pub fn first_live(&self, bars: &[SegmentView]) -> Option<(f64, f64)> {
         bars.iter()
             .zip(&self.rows)
@@ -217,9 +221,8 @@ impl MapLayout {
                     .enumerate()
                     .find_map(|(i, (b, &(x0, x1)))| {
                         let mid = (x0 + x1) / 2.0;
-                        (b.kind == BlockKind::Live
-                            && self.at(mid, y + h / 2.0) == Some((row, Some(i))))
-                        .then_some((mid, y + h / 2.0))
+                        (b.kind == BlockKind::Live && spans.get(i + 1).is_none_or(|n| n.0 > mid))
+                            .then_some((mid, y + h / 2.0))
                     })
             })
     }
@@ -293,5 +296,52 @@ mod tests {
         assert_eq!(l.at(x, yy), Some((0, Some(1))));
         // Too narrow a canvas still draws a 40 px bar.
         assert_eq!(MapLayout::of(&bars, 0.0).width, LABEL + GAP + MIN_BAR);
+    }
+
+    #[test]
+    fn the_first_live_block_is_the_one_hovering_finds_first_among_thousands() {
+        // Blocks from 256 B to 4 KiB in a 2 MiB segment, most far under a
+        // pixel, every fifth cached: the linear rule against `at`, the
+        // hover itself, block by block.
+        let (mut blocks, mut offset, mut n) = (Vec::new(), 0u64, 7u64);
+        while offset < 2 << 20 {
+            n = n
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let size = (256 << ((n >> 60) % 5)).min((2 << 20) - offset);
+            let kind = if blocks.len() % 5 == 4 {
+                BlockKind::Cached
+            } else {
+                BlockKind::Live
+            };
+            blocks.push(block(offset, size, kind));
+            offset += size;
+        }
+        assert!(blocks.len() > 500, "{}", blocks.len());
+        for width in [300.0, 600.0, 1400.0] {
+            for skip in [0, 100, 400] {
+                let mut bs = blocks.clone();
+                bs.iter_mut()
+                    .take(skip)
+                    .for_each(|b| b.kind = BlockKind::Cached);
+                let bars = [SegmentView {
+                    id: 0,
+                    pool: "storage".into(),
+                    size: 2 << 20,
+                    blocks: bs,
+                }];
+                let l = MapLayout::of(&bars, width);
+                let (_, y, _, h) = l.bar_rect(0);
+                let by_hover = bars[0].blocks.iter().zip(&l.rows[0]).enumerate().find_map(
+                    |(i, (b, &(x0, x1)))| {
+                        let mid = (x0 + x1) / 2.0;
+                        (b.kind == BlockKind::Live && l.at(mid, y + h / 2.0) == Some((0, Some(i))))
+                            .then_some((mid, y + h / 2.0))
+                    },
+                );
+                assert!(by_hover.is_some());
+                assert_eq!(l.first_live(&bars), by_hover, "width {width}, skip {skip}");
+            }
+        }
     }
 }
