@@ -516,30 +516,30 @@ fn row(
 /// Runs `vrampool corpus`.
 pub fn command(a: &CorpusArgs, c: &Common) -> Result<ExitCode> {
     if c.adapter.is_some() || c.summary || c.timeline.is_some() || c.memory_hints.is_some() {
-        bail!(
+        usage!(
             "corpus replays on the simulated device and prints its own table: --adapter, \
              --memory-hints, --summary and --timeline are for replay"
         );
     }
     if a.follow && a.relocatable {
-        bail!(
+        usage!(
             "--follow places each request where the plan says, and a plan's blocks never \
              move: drop --relocatable"
         );
     }
     if a.follow && a.submit_every > 0 {
-        bail!("--follow replays each plan as recorded, every free at once: drop --submit-every");
+        usage!("--follow replays each plan as recorded, every free at once: drop --submit-every");
     }
     if a.follow && a.min_budget {
-        bail!(
+        usage!(
             "--follow replays each plan with no limit (the plan is its budget): drop --min-budget"
         );
     }
     if let Some(s) = a.scales.iter().find(|&&s| s == 0) {
-        bail!("--scales {s}: a divisor must be at least 1");
+        usage!("--scales {s}: a divisor must be at least 1");
     }
     if let Some(f) = a.resize.iter().find(|f| !(f.is_finite() && **f > 0.0)) {
-        bail!("--resize {f}: a factor must be a positive number, like 0.9 or 1.1");
+        usage!("--resize {f}: a factor must be a positive number, like 0.9 or 1.1");
     }
     let (scales, resize, jitter) = (
         distinct(&a.scales),

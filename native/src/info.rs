@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 use vrampool::fmt_bytes;
 
 use crate::{Common, device};
@@ -10,7 +10,7 @@ use crate::{Common, device};
 /// Lists the adapters (`vrampool info`).
 pub fn command(c: &Common) -> Result<ExitCode> {
     if c.simulate {
-        bail!("info lists real adapters; --simulate has none to list");
+        usage!("info lists real adapters; --simulate has none to list");
     }
     let all = device::info(c.hints())?;
     if c.json {

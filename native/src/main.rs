@@ -11,6 +11,14 @@ macro_rules! outln {
     }};
 }
 
+/// Returns, as `bail!` does, a [`Usage`] error: an invocation the harness
+/// refuses itself (clap refuses the others), which exits 2 as clap's do.
+macro_rules! usage {
+    ($($arg:tt)*) => {
+        return Err(anyhow::Error::new($crate::Usage(format!($($arg)*))))
+    };
+}
+
 mod bench;
 mod corpus;
 mod device;
@@ -26,7 +34,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -132,10 +140,30 @@ fn main() -> ExitCode {
         Err(e) if broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
-            ExitCode::FAILURE
+            if e.chain().any(|c| c.is::<Usage>()) {
+                ExitCode::from(USAGE)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }
+
+/// The exit code of a usage error, as clap's.
+pub const USAGE: u8 = 2;
+
+/// Options or values the harness refuses before it runs anything (the
+/// message says which and what to give instead): exit code [`USAGE`].
+#[derive(Debug)]
+pub struct Usage(pub String);
+
+impl std::fmt::Display for Usage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Usage {}
 
 impl Common {
     /// The memory hints a GPU device is opened with.
@@ -177,19 +205,19 @@ fn run(cli: Cli) -> Result<ExitCode> {
     if let Some(what) = name
         && (c.summary || c.timeline.is_some())
     {
-        bail!(
+        usage!(
             "{what}, and keeps no pool to summarise or chart: --summary and --timeline are for \
              replay and workload"
         );
     }
     if c.simulate && c.memory_hints.is_some() {
-        bail!(
+        usage!(
             "--memory-hints places segments in a GPU's memory, and the simulated device has \
              none: drop --simulate or --memory-hints"
         );
     }
     if matches!(cli.command, Command::Info) && c.adapter.is_some() {
-        bail!("info lists every adapter: --adapter picks one for replay, bench and workload");
+        usage!("info lists every adapter: --adapter picks one for replay, bench and workload");
     }
     match &cli.command {
         Command::Info => info::command(c),

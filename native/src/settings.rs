@@ -25,13 +25,14 @@ const COMMANDS_OWN: [(&str, &str); 2] = [
 
 /// `base` with every `FIELD=VALUE` of `sets` applied in order, each checked
 /// as it is applied, then validated.
+/// A refused `--set` is a usage error ([`crate::Usage`]).
 pub fn configured(base: Config, sets: &[String]) -> Result<Config> {
     let mut config = base;
     for set in sets {
-        config = apply(&config, set)?;
+        config = apply(&config, set).map_err(|e| crate::Usage(format!("{e:#}")))?;
     }
     if let Err(why) = config.validate() {
-        bail!("--set {}: {why}", sets.join(" --set "));
+        usage!("--set {}: {why}", sets.join(" --set "));
     }
     Ok(config)
 }

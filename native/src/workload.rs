@@ -154,16 +154,16 @@ fn train(pool: &Pool, cfg: MlpConfig, steps: u32, c: &Common) -> Result<Run> {
 
 pub fn command(a: &WorkloadArgs, c: &Common) -> Result<ExitCode> {
     if a.steps < 2 {
-        bail!(
+        usage!(
             "--steps {}: give at least 2 so the loss can be seen to fall",
             a.steps
         );
     }
     if a.batch == Some(0) || a.hidden == 0 {
-        bail!("--batch and --hidden must be at least 1");
+        usage!("--batch and --hidden must be at least 1");
     }
     if !(a.lr > 0.0 && a.lr.is_finite()) {
-        bail!("--lr {}: the learning rate must be a positive number", a.lr);
+        usage!("--lr {}: the learning rate must be a positive number", a.lr);
     }
     let mut cfg = MlpConfig {
         batch: a.batch.unwrap_or(256),
@@ -173,7 +173,7 @@ pub fn command(a: &WorkloadArgs, c: &Common) -> Result<ExitCode> {
         ..MlpConfig::default()
     };
     if c.simulate && (a.follow || c.timeline.is_some()) {
-        bail!(
+        usage!(
             "--simulate makes a dry run, which trains nothing: --follow and --timeline need a GPU; \
              drop them or --simulate"
         );

@@ -72,8 +72,9 @@ fn time(budget: Duration, max_iters: u64, mut f: impl FnMut()) -> f64 {
 
 /// The engine's hot path at `size`: allocate + free of a cached block, ns per operation.
 pub fn engine_ns(size: u64, budget: Duration) -> f64 {
-    let mut e = Engine::new(SimulatedDevice::new(1 << 40), Config::default())
-        .expect("default config is valid");
+    // Room for the nine blocks held at once, whatever the size.
+    let device = SimulatedDevice::new(size.saturating_mul(16).max(1 << 40));
+    let mut e = Engine::new(device, Config::default()).expect("default config is valid");
     // A few live neighbours, so the free path coalesces as in a real workload.
     let _keep: Vec<_> = (0..8)
         .map(|_| e.allocate(Request::new(size, 0)).expect("fits"))
@@ -240,12 +241,19 @@ fn create_then_destroy(
 /// Measures every size on `device` (or only the engine when `None`).
 pub fn run(
     gpu: Option<(&wgpu::Device, &wgpu::Queue)>,
+    memory_hints: wgpu::MemoryHints,
     sizes: &[u64],
     budget: Duration,
     bar: &ProgressBar,
 ) -> Result<Vec<Row>> {
+    // Told the hints the device was opened with, so its segments fit the
+    // blocks those hints make (`Config::fit_device_blocks`).
+    let options = PoolOptions {
+        memory_hints,
+        ..PoolOptions::default()
+    };
     let pool = match gpu {
-        Some((d, q)) => Some(Pool::new(d.clone(), q.clone(), PoolOptions::default())?),
+        Some((d, q)) => Some(Pool::new(d.clone(), q.clone(), options)?),
         None => None,
     };
     // The raw buffers are made outside any error scope (a scope in the timed

@@ -40,7 +40,7 @@ pub fn command(a: &BenchArgs, c: &Common) -> Result<ExitCode> {
         a.sizes.clone()
     };
     if let Some(z) = sizes.iter().find(|&&s| s == 0) {
-        bail!("--sizes: a size of {z} bytes cannot be allocated; give sizes of at least 1 byte");
+        usage!("--sizes: a size of {z} bytes cannot be allocated; give sizes of at least 1 byte");
     }
     let target = Target::open(c, 141 << 30, 4 << 30)?;
     if let Some(&big) = sizes.iter().find(|&&s| s > target.max_buffer()) {
@@ -56,13 +56,13 @@ pub fn command(a: &BenchArgs, c: &Common) -> Result<ExitCode> {
         Target::Simulated { .. } => None,
     };
     if let Some(&n) = a.threads.iter().find(|&&n| n == 0 || n > 1024) {
-        bail!("--threads: give counts from 1 to 1024 threads, got {n}");
+        usage!("--threads: give counts from 1 to 1024 threads, got {n}");
     }
     if !a.threads.is_empty() && gpu.is_none() {
-        bail!("--threads measures the pool on a GPU; drop --simulate");
+        usage!("--threads measures the pool on a GPU; drop --simulate");
     }
     let budget = Duration::from_millis(a.time_ms);
-    let rows = measure::run(gpu, &sizes, budget, &pb)?;
+    let rows = measure::run(gpu, c.hints().wgpu(), &sizes, budget, &pb)?;
     pb.finish_and_clear();
     let mut threads = Vec::new();
     if let Some((device, queue)) = gpu.filter(|_| !a.threads.is_empty()) {

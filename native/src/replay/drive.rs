@@ -50,8 +50,9 @@ pub enum Moment<'a> {
     Sample(&'a Sample),
     /// After the last free, with the cache still held.
     CacheHeld,
-    /// After `empty_cache`.
-    Emptied,
+    /// After `empty_cache`, with the bytes the pool still reserves (a
+    /// preallocation's pinned segments stay).
+    Emptied { reserved: u64 },
 }
 
 /// Called at each timeline point, and at the end before and after
@@ -217,7 +218,9 @@ fn drive<P: Policy>(
     let summary = stats.map(|s| s.summary()).unwrap_or_default();
     probe(Moment::CacheHeld);
     let released_at_end = p.empty_cache();
-    probe(Moment::Emptied);
+    probe(Moment::Emptied {
+        reserved: p.figures().reserved,
+    });
     let segments_abandoned = p.figures().segments_abandoned - before.segments_abandoned;
     let counts = replayer.counts();
     let hits = f.cache_hits - before.cache_hits;

@@ -117,7 +117,7 @@ fn parse_budget(s: &str) -> Result<Budget> {
                 format!("--budget {s}: expected a multiple of peak live like 1.05x")
             })?;
         if v < 1.0 {
-            bail!(
+            usage!(
                 "--budget {s} is below the trace's peak live (1x): no allocator can replay it; use 1x or more"
             );
         }
@@ -135,7 +135,9 @@ fn parse_budget(s: &str) -> Result<Budget> {
 struct DriverView {
     /// nvidia-smi used bytes before the run, highest seen, after the replay, after empty_cache.
     nvidia_smi: Option<[Option<u64>; 4]>,
-    /// (pool reserved, wgpu allocated, wgpu reserved) where the pool held most.
+    /// (pool reserved, wgpu allocated, wgpu reserved) at the timeline point
+    /// where the pool reserved most: about one in a thousand events is a
+    /// point, so the exact peak (the table's) may fall between two.
     allocator_at_peak: Option<(u64, u64, u64)>,
     /// The same after empty_cache.
     allocator_after_empty_cache: Option<(u64, u64, u64)>,
@@ -148,21 +150,21 @@ pub const OUT_OF_MEMORY: u8 = 3;
 /// Runs `vrampool replay`.
 pub fn command(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
     if a.scale == 0 {
-        bail!("--scale 0: the divisor must be at least 1");
+        usage!("--scale 0: the divisor must be at least 1");
     }
     if a.ceiling && a.budget.is_none() && !a.min_budget {
-        bail!(
+        usage!(
             "--ceiling takes the limit as a ceiling, and there is none: give --budget (or --min-budget)"
         );
     }
     if a.ceiling && !a.compare && a.policy != PolicyKind::Vrampool {
-        bail!(
+        usage!(
             "--ceiling applies to the vrampool policy only; {} has no such setting",
             a.policy.name()
         );
     }
     if !a.set.is_empty() && !a.compare && a.policy != PolicyKind::Vrampool {
-        bail!(
+        usage!(
             "--set changes the vrampool policy's configuration; {} has none",
             a.policy.name()
         );
@@ -191,63 +193,79 @@ pub fn command(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
     if !a.compare
         && let Some((flag, _, _, who)) = options.iter().find(|o| o.1 && !o.2)
     {
-        bail!(
+        usage!(
             "{flag} applies to {who}; {} ignores it: drop it, or use --compare",
             a.policy.name()
         );
     }
     if a.relocatable && !a.ceiling && a.budget.is_some() {
-        bail!(
+        usage!(
             "--relocatable moves blocks only with no limit or under a --ceiling: under a budget \
              the engine places every block exactly and moves none; drop --relocatable, or add \
              --ceiling"
         );
     }
     if a.nvidia_smi && c.simulate {
-        bail!("--nvidia-smi reads a GPU's memory, and --simulate runs on none: drop one");
+        usage!("--nvidia-smi reads a GPU's memory, and --simulate runs on none: drop one");
     }
     if a.follow
         && (a.access != AccessMode::ReadWrite
             || a.submit_every > 0
             || (!a.compare && a.policy != PolicyKind::Vrampool))
     {
-        bail!(
+        usage!(
             "--follow is the vrampool policy following the trace's own plan, every tensor \
              read_write and freed at once as recorded: drop --access, --submit-every and \
              --policy (or use --compare)"
         );
     }
     if a.follow && a.relocatable {
-        bail!(
+        usage!(
             "--follow places each tensor where the plan says, and never moves it: drop --relocatable"
         );
     }
     if a.follow && (a.budget.is_some() || a.min_budget) {
-        bail!(
+        usage!(
             "--follow replays the trace's own plan with no limit: the plan is its budget; drop \
              --budget and --min-budget"
         );
     }
     if !c.simulate && !a.compare && !a.policy.runs_on_a_gpu() {
-        bail!(
+        usage!(
             "--policy {} simulates PyTorch's expandable_segments, which grow their memory in \
              place through CUDA's virtual memory; wgpu has none: add --simulate",
             a.policy.name()
         );
     }
     if !c.simulate && (a.capacity.is_some() || a.max_buffer_size.is_some()) {
-        bail!(
+        usage!(
             "--capacity and --max-buffer-size size the simulated device, and a GPU has its own: \
              add --simulate, or drop them"
         );
     }
     let budget = a.budget.as_deref().map(parse_budget).transpose()?;
+    let limit_kind = if a.ceiling {
+        LimitKind::Ceiling
+    } else {
+        LimitKind::Budget
+    };
+    // Checked before a trace is read or a device opened.
+    let config = configured(
+        Config {
+            limit_kind,
+            ..Config::default()
+        },
+        &a.set,
+    )?;
     let (capacity, max_buffer_size) = (
         a.capacity.unwrap_or(141 << 30),
         a.max_buffer_size.unwrap_or(4 << 30),
     );
-    if max_buffer_size == 0 {
-        bail!("--max-buffer-size 0: a buffer must hold at least 1 byte");
+    if max_buffer_size < 512 {
+        usage!(
+            "--max-buffer-size {max_buffer_size}: the policies round every request up to 512 \
+             bytes (the PyTorch preset's granule), so a buffer must hold at least 512"
+        );
     }
     let mut traces = Vec::new();
     for path in &a.traces {
@@ -306,7 +324,9 @@ pub fn command(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
     let events: u64 = traces.iter().map(|t| t.events.len() as u64).sum();
     let pb = bar(events * policies.len() as u64, c);
     if !c.json {
-        pb.println(format!("on {}", target.name()));
+        // Not `println`, which a bar drawn nowhere (stderr not a terminal,
+        // as in CI or a log file) drops.
+        pb.suspend(|| eprintln!("on {}", target.name()));
     }
     let requests = Requests {
         usage: vrampool::READ_WRITE_USAGE.bits(),
@@ -314,18 +334,6 @@ pub fn command(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
         submit_every: a.submit_every,
         relocatable: a.relocatable,
     };
-    let limit_kind = if a.ceiling {
-        LimitKind::Ceiling
-    } else {
-        LimitKind::Budget
-    };
-    let config = configured(
-        Config {
-            limit_kind,
-            ..Config::default()
-        },
-        &a.set,
-    )?;
     let mut rows = Vec::new();
     let mut any_oom = false;
     let mut reader_gone = false;
@@ -400,12 +408,12 @@ pub fn command(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
                             }
                         }
                         Moment::CacheHeld => held = smi(),
-                        Moment::Emptied => {
+                        Moment::Emptied { reserved } => {
                             let _ = device.poll(wgpu::PollType::wait_indefinitely());
                             emptied = smi();
-                            after_empty = device
-                                .generate_allocator_report()
-                                .map(|r| (0, r.total_allocated_bytes, r.total_reserved_bytes));
+                            after_empty = device.generate_allocator_report().map(|r| {
+                                (reserved, r.total_allocated_bytes, r.total_reserved_bytes)
+                            });
                         }
                     };
                     let hints = c.hints().wgpu();
@@ -456,7 +464,7 @@ pub fn command(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
                     &outcome.samples,
                     limit,
                 )?;
-                pb.println(format!("wrote {}", file.display()));
+                pb.suspend(|| eprintln!("wrote {}", file.display()));
             }
             rows.push(Row {
                 trace: t.name.clone(),
@@ -654,7 +662,7 @@ fn print_replay(
         let (trace, kind, o, view) = (&row.trace, row.policy, &row.outcome, &row.driver);
         if let Some((pool, alloc, res)) = view.allocator_at_peak {
             outln!(
-                "{trace} {}: at the pool's peak it reserved {}; wgpu's allocator report then: {} allocated in {} of device memory blocks",
+                "{trace} {}: where the timeline saw the pool reserve most, {}, wgpu's allocator report: {} allocated in {} of device memory blocks",
                 kind.name(),
                 fmt_bytes(pool),
                 fmt_bytes(alloc),
