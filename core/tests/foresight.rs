@@ -116,6 +116,28 @@ proptest! {
 }
 
 #[test]
+fn blocks_kept_to_the_end_beside_temporaries_are_planned_apart_and_exactly() {
+    // 3 000 blocks never freed (weights), each followed by a temporary:
+    // 9 000 events, so kept blocks touch up to 18 of the planner's finest
+    // buckets and are indexed at coarser levels, the temporaries at the
+    // finest. Every kept block stays apart from every other and from each
+    // temporary, and the plan holds no more than peak live: the kept
+    // blocks end to end and one temporary's room.
+    let mut rows = Vec::new();
+    for i in 0..3000u64 {
+        rows.push((true, 2 * i + 1, 4096));
+        rows.push((true, 2 * i + 2, 65536));
+        rows.push((false, 2 * i + 2, 65536));
+    }
+    let t = trace(&rows);
+    let cap = 64 * MIB;
+    let plan = Foresight::plan(&t, 256, cap).unwrap();
+    assert_layout(&plan, &t, cap);
+    assert_eq!(t.peak_live, 3000 * 4096 + 65536);
+    assert_eq!(plan.reserved(), t.peak_live);
+}
+
+#[test]
 fn on_real_traces_the_plan_is_a_layout_within_the_no_limit_target() {
     // The shared three and lstm_train ÷64 (whose sequence lengths grow, so
     // each new longest batch needs blocks larger than any cached): the plan

@@ -756,6 +756,15 @@ fn configurations_that_cannot_work_are_refused_by_name() {
         },
         "churn_limit",
     );
+    // An alignment past the device's largest buffer (1 GiB here): every
+    // request was refused as larger than that buffer, whatever its size.
+    refused(
+        Config {
+            alignment: 1 << 31,
+            ..Config::default()
+        },
+        "alignment 2147483648 B is larger than the largest segment the device allows",
+    );
     refused(
         Config {
             churn_limit: -1.0,

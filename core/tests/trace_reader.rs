@@ -59,6 +59,46 @@ fn gzip_and_plain_read_the_same() {
     assert!(line > 100, "broke off at line {line}");
 }
 
+/// A reader that hands over one byte a read, as a pipe may.
+struct OneByteAtATime<'a>(&'a [u8]);
+
+impl std::io::Read for OneByteAtATime<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let Some((&first, rest)) = self.0.split_first() else {
+            return Ok(0);
+        };
+        let Some(out) = buf.first_mut() else {
+            return Ok(0);
+        };
+        *out = first;
+        self.0 = rest;
+        Ok(1)
+    }
+}
+
+#[test]
+fn gzip_is_told_from_plain_text_by_a_reader_that_gives_a_byte_at_a_time() {
+    // gzip's two magic bytes in two reads: it was read as plain text then.
+    let text = format!("{H}0,1,allocate,0x10,4096,0x0\n0,2,free,0x10,4096,0x0\n");
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(text.as_bytes()).unwrap();
+    let gz = gz.finish().unwrap();
+    let want = Trace::from_bytes("plain", text.as_bytes()).unwrap().events;
+    let b = Trace::from_reader("gz", OneByteAtATime(&gz)).unwrap();
+    assert_eq!(b.events, want);
+    let a = Trace::from_reader("plain", OneByteAtATime(text.as_bytes())).unwrap();
+    assert_eq!(a.events, want);
+    // Shorter than the magic: read as what it is.
+    assert!(matches!(
+        Trace::from_reader("one", OneByteAtATime(&[0x1f])),
+        Err(TraceError::Header { .. })
+    ));
+    assert!(matches!(
+        Trace::from_reader("none", OneByteAtATime(&[])),
+        Err(TraceError::Header { .. })
+    ));
+}
+
 #[test]
 fn a_file_with_cr_line_ends_reads_as_one_with_lf() {
     // Excel's "CSV (Macintosh)": lines end in a lone CR. Over 64 KiB, the

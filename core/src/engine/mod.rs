@@ -157,6 +157,13 @@ impl<B: Backend> Engine<B> {
                 m.min(backend.max_segment_size())
             })
             .min(crate::MAX_SEGMENT);
+        if max_segment < config.alignment {
+            return Err(Error::Config(format!(
+                "alignment {} B is larger than the largest segment the device allows ({} B): no \
+                 segment could hold a block; give an alignment of at most that",
+                config.alignment, max_segment
+            )));
+        }
         let mut engine = Engine {
             generation_start: NEXT_ENGINE
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed)

@@ -213,10 +213,66 @@ impl RecordedPlan {
     }
 }
 
-/// Events per bucket of the time index: a block is listed in every bucket
-/// its lifetime touches, so the blocks live beside a new one are found by
-/// reading the buckets of its own lifetime.
+/// Events per bucket of the time index's finest level: a block is listed in
+/// every bucket its lifetime touches, so the blocks live beside a new one
+/// are found by reading the buckets of its own lifetime.
 const BUCKET: usize = 512;
+
+/// Buckets a block may touch at a level of the time index; a longer-lived
+/// one goes to a coarser level, each [`FANOUT`] times coarser than the one
+/// below. With one level, N blocks live to the end made N² / 1 024 entries,
+/// each read by every later placement: a plan cubic in N.
+const SPAN: usize = 4;
+const FANOUT: usize = 8;
+
+/// The time index: per level, per bucket, the placed blocks listed there.
+struct TimeIndex {
+    levels: Vec<Vec<Vec<u32>>>,
+}
+
+impl TimeIndex {
+    fn new(events: usize) -> TimeIndex {
+        let mut levels = Vec::new();
+        let mut size = BUCKET;
+        loop {
+            levels.push(vec![Vec::new(); events / size + 1]);
+            if events / size == 0 {
+                break TimeIndex { levels };
+            }
+            size *= FANOUT;
+        }
+    }
+
+    /// The buckets `b`'s lifetime touches at `level`.
+    fn buckets(b: &PlannedBlock, level: usize) -> std::ops::RangeInclusive<usize> {
+        let size = BUCKET * FANOUT.pow(level as u32);
+        b.first_event / size..=(b.last_event.max(b.first_event + 1) - 1) / size
+    }
+
+    /// Lists `b` (block `i`) at the finest level where it touches at most
+    /// [`SPAN`] buckets (the top level has one bucket).
+    fn insert(&mut self, i: usize, b: &PlannedBlock) {
+        let top = self.levels.len() - 1;
+        let level = (0..top)
+            .find(|&l| {
+                let r = TimeIndex::buckets(b, l);
+                r.end() - r.start() < SPAN
+            })
+            .unwrap_or(top);
+        for k in TimeIndex::buckets(b, level) {
+            self.levels[level][k].push(i as u32);
+        }
+    }
+
+    /// Every list that may hold a block live beside `b` (a block may be
+    /// read more than once).
+    fn near<'a>(&'a self, b: &'a PlannedBlock) -> impl Iterator<Item = &'a Vec<u32>> + 'a {
+        self.levels
+            .iter()
+            .enumerate()
+            .flat_map(move |(l, buckets)| TimeIndex::buckets(b, l).map(move |k| &buckets[k]))
+    }
+}
 
 /// The sort key of an order the planner tries (smallest first).
 type OrderKey = fn(&PlannedBlock) -> (u64, u64);
@@ -337,10 +393,7 @@ fn place(
     order: &[usize],
     max_segment: u64,
 ) -> Foresight {
-    let buckets_of = |b: &PlannedBlock| {
-        b.first_event / BUCKET..=(b.last_event.max(b.first_event + 1) - 1) / BUCKET
-    };
-    let mut buckets: Vec<Vec<u32>> = vec![Vec::new(); trace.events.len() / BUCKET + 1];
+    let mut index = TimeIndex::new(trace.events.len());
     let mut segments: Vec<u64> = Vec::new();
     // The last block each placed block was found beside, so it is read once.
     let mut seen = vec![u32::MAX; blocks.len()];
@@ -348,8 +401,8 @@ fn place(
     for (n, &i) in order.iter().enumerate() {
         let b = blocks[i];
         beside.clear();
-        for k in buckets_of(&b) {
-            for &j in &buckets[k] {
+        for listed in index.near(&b) {
+            for &j in listed {
                 let j = j as usize;
                 if seen[j] != n as u32 && blocks[j].overlaps_in_time(&b) {
                     seen[j] = n as u32;
@@ -397,9 +450,7 @@ fn place(
         blocks[i].segment = segment;
         blocks[i].offset = offset;
         segments[segment] = segments[segment].max(offset + b.size);
-        for k in buckets_of(&b) {
-            buckets[k].push(i as u32);
-        }
+        index.insert(i, &b);
     }
     Foresight {
         peak_live: trace.peak_live,

@@ -14,7 +14,8 @@ pub const HEADER: &str = "Thread,Time,Action,Pointer,Size,Stream";
 /// Why a trace could not be read. Line numbers count from 1, the header being line 1.
 #[derive(Debug, thiserror::Error)]
 pub enum TraceError {
-    /// The file could not be opened or read (also: a truncated gzip stream).
+    /// The file could not be opened or read (a gzip stream that breaks off
+    /// or is corrupt is a [`TraceError::Row`] at the line it stops in).
     #[error("{path}: cannot read the trace: {error}")]
     Io {
         /// The file.
@@ -321,7 +322,22 @@ impl Trace {
             error,
         };
         let mut reader = std::io::BufReader::new(reader);
-        if reader.fill_buf().map_err(io)?.starts_with(&[0x1f, 0x8b]) {
+        // gzip's two magic bytes, which a reader may hand over one at a time
+        // (a pipe): read until there are two or the input ends, then put
+        // them back in front.
+        let mut magic = Vec::with_capacity(2);
+        while magic.len() < 2 {
+            let buf = reader.fill_buf().map_err(io)?;
+            if buf.is_empty() {
+                break;
+            }
+            let n = buf.len().min(2 - magic.len());
+            magic.extend_from_slice(&buf[..n]);
+            reader.consume(n);
+        }
+        let gzip = magic == [0x1f, 0x8b];
+        let reader = std::io::Cursor::new(magic).chain(reader);
+        if gzip {
             Self::parse_reader(
                 name,
                 Decompressing(flate2::read::MultiGzDecoder::new(reader)),
@@ -341,7 +357,9 @@ impl Trace {
     /// Parses the rows of one stream of plain CSV text (the `Stream` column:
     /// a CUDA stream in PyTorch's and RMM's logs, the pool a request went to
     /// in an engine's recording, see [`PoolKey`](crate::trace::PoolKey)),
-    /// checking every row as [`Trace::parse`] does. A stream with no
+    /// checking its rows as [`Trace::parse`] does (other streams' rows only
+    /// for their columns and action, and their `allocate failure` rows are
+    /// counted in [`Trace::skipped_failures`] too). A stream with no
     /// allocation is [`TraceError::Empty`].
     ///
     /// ```

@@ -606,7 +606,8 @@ fn replay_through<B: Backend>(
 /// `peak_live`, and the device allocations of that very replay; `None` if
 /// even 4 × peak live runs out.
 ///
-/// Bisects over whole steps between 1 × and 4 ×, trying 1 × first, so the
+/// Bisects over whole steps between 1 × and 4 ×, trying 4 × first (`None`
+/// if it runs out) and then 1 ×, so the
 /// figure is always a budget the replay ran at with no OOM, one step above
 /// one where it ran out (or 1 × itself). Budgets are not monotonic: a larger
 /// limit changes which segments are made, and a replay can run out a step
