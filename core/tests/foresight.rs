@@ -119,8 +119,8 @@ proptest! {
 fn blocks_kept_to_the_end_beside_temporaries_are_planned_apart_and_exactly() {
     // 3 000 blocks never freed (weights), each followed by a temporary:
     // 9 000 events, so kept blocks touch up to 18 of the planner's finest
-    // buckets and are indexed at coarser levels, the temporaries at the
-    // finest. Every kept block stays apart from every other and from each
+    // buckets and the early ones are indexed at coarser levels, the
+    // temporaries at the finest. Every kept block stays apart from every other and from each
     // temporary, and the plan holds no more than peak live: the kept
     // blocks end to end and one temporary's room.
     let mut rows = Vec::new();

@@ -658,6 +658,9 @@ fn usage_errors_exit_2_and_failures_1() {
     for args in [
         &["replay", "--simulate", "--scale", "0", &t][..],
         &["replay", "--simulate", "--budget", "0.5x", &t],
+        &["replay", "--simulate", "--budget", "lots", &t],
+        &["replay", "--simulate", "--budget", "4000", &t],
+        &["corpus", "--max-buffer-size", "300", &t],
         &["replay", "--simulate", "--set", "nosuch=1", &t],
         &["replay", "--simulate", "--set", "headroom=-1", &t],
         &["corpus", "--scales", "0", &t],

@@ -358,7 +358,7 @@ impl Trace {
     /// a CUDA stream in PyTorch's and RMM's logs, the pool a request went to
     /// in an engine's recording, see [`PoolKey`](crate::trace::PoolKey)),
     /// checking its rows as [`Trace::parse`] does (other streams' rows only
-    /// for their columns and action, and their `allocate failure` rows are
+    /// for their column count, action and stream, and their `allocate failure` rows are
     /// counted in [`Trace::skipped_failures`] too). A stream with no
     /// allocation is [`TraceError::Empty`].
     ///

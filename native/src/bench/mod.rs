@@ -7,7 +7,7 @@ mod measure;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 use clap::Args;
 use serde_json::json;
 use vrampool::fmt_bytes;
@@ -44,7 +44,7 @@ pub fn command(a: &BenchArgs, c: &Common) -> Result<ExitCode> {
     }
     let target = Target::open(c, 141 << 30, 4 << 30)?;
     if let Some(&big) = sizes.iter().find(|&&s| s > target.max_buffer()) {
-        bail!(
+        usage!(
             "--sizes: {big} bytes is above {}'s max_buffer_size of {}",
             target.name(),
             target.max_buffer()

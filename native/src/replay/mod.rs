@@ -109,13 +109,9 @@ enum Budget {
 
 fn parse_budget(s: &str) -> Result<Budget> {
     if let Some(x) = s.strip_suffix('x') {
-        let v: f64 = x
-            .parse()
-            .ok()
-            .filter(|v: &f64| v.is_finite())
-            .with_context(|| {
-                format!("--budget {s}: expected a multiple of peak live like 1.05x")
-            })?;
+        let Some(v) = x.parse::<f64>().ok().filter(|v| v.is_finite()) else {
+            usage!("--budget {s}: expected a multiple of peak live like 1.05x");
+        };
         if v < 1.0 {
             usage!(
                 "--budget {s} is below the trace's peak live (1x): no allocator can replay it; use 1x or more"
@@ -123,11 +119,12 @@ fn parse_budget(s: &str) -> Result<Budget> {
         }
         Ok(Budget::Times(v))
     } else {
-        s.parse().map(Budget::Bytes).map_err(|_| {
-            anyhow::anyhow!(
+        match s.parse() {
+            Ok(bytes) => Ok(Budget::Bytes(bytes)),
+            Err(_) => usage!(
                 "--budget {s}: expected bytes (e.g. 8000000000) or a multiple of peak live (e.g. 1.03x)"
-            )
-        })
+            ),
+        }
     }
 }
 
@@ -301,7 +298,7 @@ pub fn command(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
         if let Some(Budget::Bytes(b)) = budget
             && b < t.peak_live
         {
-            bail!(
+            usage!(
                 "--budget {b} is below {}'s peak live of {} bytes ({}): no allocator can replay it; \
                  give at least that, or a multiple like 1.05x",
                 t.name,

@@ -4,9 +4,8 @@
 /// When the events of a replay are due: event `i` at `i / speed` seconds
 /// after the first tick. Each tick takes the events due before it *ends*, so
 /// a replay is never behind its speed for the tick's length, and at most one
-/// tick ahead of it; every tick takes at least one event, so below one
-/// event a tick (20 a second with the page's 50 ms ticks) a replay runs at
-/// one a tick. (Taking the events due at a tick's start, a replay ended up
+/// tick ahead of it; below one event a tick (20 a second with the page's
+/// 50 ms ticks) a tick with none due takes none. (Taking the events due at a tick's start, a replay ended up
 /// to a tick late: 9.4–9.8 k of 10 k ops/s requested on a 0.7 s sample.)
 ///
 /// ```
@@ -25,8 +24,7 @@ pub struct Pace {
 }
 
 impl Pace {
-    /// Paces to `speed` events a second (taken as at least 1; see above for
-    /// speeds below one event a tick).
+    /// Paces to `speed` events a second (taken as at least 1).
     pub fn new(speed: f64) -> Pace {
         Pace {
             speed: speed.max(1.0),

@@ -242,8 +242,10 @@ impl Model {
         }
     }
 
-    /// The outcome of replay `id`'s allocation. A refusal is counted (the
-    /// first three are logged) and the replay goes on, whatever the error.
+    /// The outcome of replay `id`'s allocation. An out-of-memory (or too
+    /// large) refusal is counted, the first three logged, and the replay
+    /// goes on; any other error (a lost device) stops it, logged, and is
+    /// not counted as an OOM.
     fn replay_allocated(&mut self, id: u64, outcome: Result<Block, Error>) {
         let Some(r) = self.replay.as_mut().filter(|r| r.id == id) else {
             // Stopped or replaced while the device answered: nobody holds it.
