@@ -538,13 +538,7 @@ pub fn command(a: &CorpusArgs, c: &Common) -> Result<ExitCode> {
     if let Some(s) = a.scales.iter().find(|&&s| s == 0) {
         usage!("--scales {s}: a divisor must be at least 1");
     }
-    if a.max_buffer_size < 512 {
-        usage!(
-            "--max-buffer-size {}: the policies round every request up to 512 bytes (the \
-             PyTorch preset's granule), so a buffer must hold at least 512",
-            a.max_buffer_size
-        );
-    }
+    crate::target::check_max_buffer_size(a.max_buffer_size)?;
     if let Some(f) = a.resize.iter().find(|f| !(f.is_finite() && **f > 0.0)) {
         usage!("--resize {f}: a factor must be a positive number, like 0.9 or 1.1");
     }

@@ -67,6 +67,23 @@ impl Target {
     }
 }
 
+/// The largest rounding of a request among the policies (the PyTorch
+/// preset's 512 bytes; the vrampool policy aligns to 256).
+pub const GRANULE: u64 = 512;
+
+/// Refuses a simulated `--max-buffer-size` below [`GRANULE`]: no request of
+/// any size, at any scale, would fit such a buffer.
+pub fn check_max_buffer_size(max_buffer_size: u64) -> Result<()> {
+    if max_buffer_size < GRANULE {
+        usage!(
+            "--max-buffer-size {max_buffer_size}: the policies round every request up to \
+             {GRANULE} bytes (the PyTorch preset's granule), so a buffer must hold at least \
+             {GRANULE}"
+        );
+    }
+    Ok(())
+}
+
 /// Used memory in bytes of the GPU at PCI bus `bus`, as nvidia-smi reports it.
 /// NVIDIA's Vulkan driver gives wgpu no bus id; then the adapter's `index` is
 /// used, since Vulkan lists NVIDIA GPUs in nvidia-smi's order (checked on two

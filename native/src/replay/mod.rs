@@ -17,7 +17,7 @@ use vrampool::{Backend, Config, LimitKind, SimulatedDevice, Trace, WgpuBackend, 
 
 use crate::policy::{AccessMode, PolicyKind, Requests};
 use crate::settings::configured;
-use crate::target::{Target, nvidia_smi_used};
+use crate::target::{GRANULE, Target, check_max_buffer_size, nvidia_smi_used};
 use crate::{Common, bar, timeline};
 
 use drive::Job;
@@ -258,12 +258,7 @@ pub fn command(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
         a.capacity.unwrap_or(141 << 30),
         a.max_buffer_size.unwrap_or(4 << 30),
     );
-    if max_buffer_size < 512 {
-        usage!(
-            "--max-buffer-size {max_buffer_size}: the policies round every request up to 512 \
-             bytes (the PyTorch preset's granule), so a buffer must hold at least 512"
-        );
-    }
+    check_max_buffer_size(max_buffer_size)?;
     let mut traces = Vec::new();
     for path in &a.traces {
         let t = Trace::open(path)?;
@@ -279,12 +274,14 @@ pub fn command(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
     let target = Target::open(c, capacity, max_buffer_size)?;
     let max_buffer = target.max_buffer();
     for t in &traces {
-        // As the policies round it (PyTorch's preset to 512 B, the largest
-        // alignment), and a scale that fits counted from the file's sizes:
-        // `t` is scaled by --scale already.
-        let rounded = t.largest.checked_next_multiple_of(512).unwrap_or(u64::MAX);
+        // As the policies round it (to GRANULE at most), and a scale that
+        // fits counted from the file's sizes: `t` is scaled by --scale already.
+        let rounded = t
+            .largest
+            .checked_next_multiple_of(GRANULE)
+            .unwrap_or(u64::MAX);
         if rounded > max_buffer {
-            let room = (max_buffer / 512 * 512).max(1);
+            let room = (max_buffer / GRANULE * GRANULE).max(1);
             bail!(
                 "{}: one allocation is {} but {} allows at most {} per buffer (max_buffer_size); \
                  pass --scale {} to divide every size",
