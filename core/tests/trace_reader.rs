@@ -13,6 +13,12 @@ fn err(body: &str) -> String {
     parse(body).unwrap_err().to_string()
 }
 
+fn gzip(bytes: &[u8]) -> Vec<u8> {
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(bytes).unwrap();
+    gz.finish().unwrap()
+}
+
 #[test]
 fn a_good_log_parses_with_its_peak() {
     let t = parse(
@@ -32,9 +38,7 @@ fn a_good_log_parses_with_its_peak() {
 #[test]
 fn gzip_and_plain_read_the_same() {
     let text = format!("{H}0,1,allocate,0x10,4096,0x0\n0,2,free,0x10,4096,0x0\n");
-    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-    gz.write_all(text.as_bytes()).unwrap();
-    let gz = gz.finish().unwrap();
+    let gz = gzip(text.as_bytes());
     let a = Trace::from_bytes("plain", text.as_bytes()).unwrap();
     let b = Trace::from_bytes("gz", &gz).unwrap();
     assert_eq!(a.events, b.events);
@@ -49,9 +53,7 @@ fn gzip_and_plain_read_the_same() {
     for i in 0..20_000u64 {
         text += &format!("0,{i},allocate,{:#x},4096,0x0\n", 0x10 + i * 0x1000);
     }
-    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-    gz.write_all(text.as_bytes()).unwrap();
-    let gz = gz.finish().unwrap();
+    let gz = gzip(text.as_bytes());
     let e = Trace::from_bytes("long", &gz[..gz.len() * 3 / 4]).unwrap_err();
     let TraceError::Row { line, .. } = e else {
         panic!("{e}")
@@ -80,9 +82,7 @@ impl std::io::Read for OneByteAtATime<'_> {
 fn gzip_is_told_from_plain_text_by_a_reader_that_gives_a_byte_at_a_time() {
     // gzip's two magic bytes in two reads: it was read as plain text then.
     let text = format!("{H}0,1,allocate,0x10,4096,0x0\n0,2,free,0x10,4096,0x0\n");
-    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-    gz.write_all(text.as_bytes()).unwrap();
-    let gz = gz.finish().unwrap();
+    let gz = gzip(text.as_bytes());
     let want = Trace::from_bytes("plain", text.as_bytes()).unwrap().events;
     let b = Trace::from_reader("gz", OneByteAtATime(&gz)).unwrap();
     assert_eq!(b.events, want);
