@@ -160,11 +160,13 @@ pub enum Error {
 /// Shorthand for results in this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// A recording that cannot be planned is the caller's argument (the log
+/// handed to `Pool::plan_recording`), not the pool's configuration.
 impl From<crate::trace::RecordedPlanError> for Error {
     fn from(e: crate::trace::RecordedPlanError) -> Self {
         match e {
             crate::trace::RecordedPlanError::Trace(t) => Error::Trace(t),
-            other => Error::Config(other.to_string()),
+            other => Error::InvalidArgument(format!("cannot plan the recording: {other}")),
         }
     }
 }

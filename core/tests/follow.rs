@@ -312,6 +312,33 @@ fn two_pools(e: &mut Engine<SimulatedDevice>) -> Result<(), Error> {
 }
 
 #[test]
+fn a_recording_that_cannot_be_planned_is_a_bad_argument_that_says_why() {
+    use vrampool::trace::RecordedPlan;
+    let mut first = engine();
+    first.start_recording();
+    two_pools(&mut first).unwrap();
+    let log = first.take_recording().unwrap();
+    // Planned for a device whose buffers are smaller than its 3 MiB block
+    // (a recording made on another device): the argument, not the config.
+    let e = Error::from(RecordedPlan::from_recording(&log, 256, 2 * MIB).unwrap_err());
+    let Error::InvalidArgument(msg) = &e else {
+        panic!("{e:?}")
+    };
+    assert!(msg.starts_with("cannot plan the recording: pool "), "{msg}");
+    assert!(
+        msg.contains("does not fit in a segment of at most 2.00 MiB"),
+        "{msg}"
+    );
+    assert!(
+        !msg.contains("--"),
+        "no harness flag in core's message: {msg}"
+    );
+    // A log that is not a trace is a trace error.
+    let e = Error::from(RecordedPlan::from_recording("not a log", 256, MIB).unwrap_err());
+    assert!(matches!(e, Error::Trace(_)), "{e:?}");
+}
+
+#[test]
 fn a_recording_of_several_pools_is_planned_and_followed_pool_by_pool() {
     use vrampool::trace::{PoolKey, RecordedPlan};
     let mut first = engine();

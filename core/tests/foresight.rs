@@ -49,7 +49,11 @@ fn bad_input_is_refused_with_what_to_do() {
             max_segment: 4 * MIB
         }
     );
-    assert!(e.to_string().contains("line 2") && e.to_string().contains("scale the trace down"));
+    assert!(
+        e.to_string().contains("line 2")
+            && e.to_string()
+                .contains("scale the trace down (Trace::scaled)")
+    );
     // A size the reader accepts but no segment holds, even rounded: refused,
     // not an overflow.
     let huge = trace(&[(true, 1, u64::MAX - 10)]);

@@ -1297,6 +1297,11 @@ impl Pool {
     /// plan is serde (save it as JSON and load it in the next process).
     /// Record from the workload's first allocation on: a free of a block
     /// allocated before the recording began is an error.
+    ///
+    /// A log that is not a valid trace is an [`Error::Trace`]; one with a
+    /// stream no pool writes, or an allocation larger than this pool's
+    /// largest segment (a recording made on another device), an
+    /// [`Error::InvalidArgument`] saying which.
     pub fn plan_recording(&self, log: &str) -> Result<RecordedPlan> {
         let (alignment, max_segment) = {
             let engine = self.inner.engine();

@@ -98,8 +98,9 @@ impl fmt::Display for ForesightError {
             } => write!(
                 f,
                 "line {line}: an allocation of {} does not fit in a segment of at most {} \
-                 (the device's max_buffer_size; the harness's --max-buffer-size): allow \
-                 larger segments, or scale the trace down",
+                 (the device's max_buffer_size, or Config::max_segment_size where that is \
+                 lower): plan for a device whose buffers hold it, or scale the trace down \
+                 (Trace::scaled)",
                 crate::fmt_bytes(*size),
                 crate::fmt_bytes(*max_segment)
             ),
