@@ -3,7 +3,7 @@
 //! allocations, one 0.001 step above a budget that ran out.
 
 use proptest::prelude::*;
-use vrampool::trace::smallest_budget;
+use vrampool::trace::{BudgetSearch, smallest_budget};
 
 #[allow(dead_code)] // cases() only
 mod common;
@@ -58,6 +58,23 @@ fn a_peak_near_u64_max_asks_for_at_most_u64_max() {
     });
     assert_eq!(min, Ok(Some((2.001, 0))));
     assert!(asked.contains(&u64::MAX));
+}
+
+#[test]
+fn a_search_stepped_by_hand_names_a_limit_until_it_has_a_figure() {
+    let mut search = BudgetSearch::new(PEAK);
+    let mut limits = Vec::new();
+    while let Some(limit) = search.next_limit() {
+        assert_eq!(search.result(), None, "no figure while a limit is named");
+        limits.push(limit);
+        search.record(limit >= 1_020_000, limit);
+    }
+    assert_eq!(limits[..2], [4 * PEAK, PEAK], "4 × first, then 1 ×");
+    assert_eq!(search.result(), Some(Some((1.02, 1_020_000))));
+    // Over: what it is told later changes nothing.
+    search.record(false, 0);
+    assert_eq!(search.next_limit(), None);
+    assert_eq!(search.result(), Some(Some((1.02, 1_020_000))));
 }
 
 proptest! {

@@ -4,6 +4,8 @@
 //! - `format.rs` — reading (plain or gzip, streamed, validated: [`Trace`]);
 //! - `record.rs` — writing ([`Recorder`], what `Engine::start_recording` keeps);
 //! - `replay.rs` — the one replay loop ([`Replayer`]) and [`replay`] over an engine;
+//! - `budget.rs` — the smallest budget with no OOM, bisected over replays
+//!   ([`smallest_budget`], or stepped by the caller: [`BudgetSearch`]);
 //! - `cost.rs` — what a replay's device churn would cost ([`DeviceCost`]);
 //! - `targets.rs` — the standing targets a replay is held to against a
 //!   baseline's ([`Targets`]);
@@ -13,6 +15,7 @@
 //!   allocator with `expandable_segments` ([`Expandable`]), the highest bar
 //!   a pool without virtual memory is held to.
 
+mod budget;
 mod cost;
 mod expandable;
 mod foresight;
@@ -21,6 +24,7 @@ mod record;
 mod replay;
 mod targets;
 
+pub use budget::{BudgetSearch, smallest_budget};
 pub use cost::DeviceCost;
 pub use expandable::{Expandable, ExpandableBlock, ExpandableStats};
 pub use foresight::{Foresight, ForesightError, PlannedBlock, RecordedPlan, RecordedPlanError};
@@ -28,7 +32,7 @@ pub use format::{Action, HEADER, MAX_LINE, Trace, TraceError, TraceEvent};
 pub use record::{PoolKey, Recorder};
 pub use replay::{
     EngineTarget, ReplayCounts, ReplayReport, ReplayTarget, Replayer, Step, SubmitClock, replay,
-    replay_relocatable, replay_submitting, smallest_budget,
+    replay_relocatable, replay_submitting,
 };
 pub use targets::{Missed, RowFigures, Targets};
 

@@ -7,7 +7,7 @@
 //! ([`Replayer::step`] over a [`ReplayTarget`]) or await the device first
 //! (the browser).
 
-use std::borrow::Cow;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -119,7 +119,7 @@ pub struct ReplayCounts {
 /// # Ok::<(), vrampool::Error>(())
 /// ```
 pub struct Replayer<'t, H> {
-    trace: Cow<'t, Trace>,
+    trace: Source<'t>,
     next: usize,
     live: PointerMap<u64, H>,
     /// Blocks whose pointer a hand-made trace allocated again while they
@@ -137,10 +137,10 @@ pub struct Replayer<'t, H> {
 impl<'t, H> Replayer<'t, H> {
     /// A replay of `trace` from its first event.
     pub fn new(trace: &'t Trace) -> Self {
-        Self::from_cow(Cow::Borrowed(trace))
+        Self::from_source(Source::Borrowed(trace))
     }
 
-    fn from_cow(trace: Cow<'t, Trace>) -> Self {
+    fn from_source(trace: Source<'t>) -> Self {
         Replayer {
             trace,
             next: 0,
@@ -155,7 +155,14 @@ impl<'t, H> Replayer<'t, H> {
 
     /// A replay that owns its trace (to keep between calls, as the page does).
     pub fn owned(trace: Trace) -> Replayer<'static, H> {
-        Replayer::from_cow(Cow::Owned(trace))
+        Replayer::shared(Arc::new(trace))
+    }
+
+    /// A replay that shares its trace with others (the page keeps several
+    /// replays of one trace between calls, each a step at a time, and a
+    /// trace of millions of events is not copied for each).
+    pub fn shared(trace: Arc<Trace>) -> Replayer<'static, H> {
+        Replayer::from_source(Source::Shared(trace))
     }
 
     /// The trace.
@@ -280,6 +287,22 @@ impl<'t, H> Replayer<'t, H> {
         let mut live: Vec<H> = self.shadowed.drain(..).collect();
         live.extend(self.live.drain().map(|(_, h)| h));
         live
+    }
+}
+
+/// Where a [`Replayer`]'s trace lives.
+enum Source<'t> {
+    Borrowed(&'t Trace),
+    Shared(Arc<Trace>),
+}
+
+impl std::ops::Deref for Source<'_> {
+    type Target = Trace;
+    fn deref(&self) -> &Trace {
+        match self {
+            Source::Borrowed(t) => t,
+            Source::Shared(t) => t,
+        }
     }
 }
 
@@ -598,65 +621,4 @@ fn replay_through<B: Backend>(
         bytes_moved: c.bytes_moved - before.bytes_moved,
         move_batches: c.move_batches() - before.move_batches(),
     }
-}
-
-/// The smallest budget with no OOM, in steps of 0.001 × `peak_live`: the
-/// hard limit `replay` is called with (in bytes; it returns whether the
-/// replay had no OOM, and its device allocations), as a multiple of
-/// `peak_live`, and the device allocations of that very replay; `None` if
-/// even 4 × peak live runs out.
-///
-/// Bisects over whole steps between 1 × and 4 ×, trying 4 × first (`None`
-/// if it runs out) and then 1 ×, so the
-/// figure is always a budget the replay ran at with no OOM, one step above
-/// one where it ran out (or 1 × itself). Budgets are not monotonic: a larger
-/// limit changes which segments are made, and a replay can run out a step
-/// above a budget where it fits; the figure is the threshold the bisection
-/// finds, where a budget one step lower fails.
-///
-/// ```
-/// use vrampool::trace::smallest_budget;
-/// // A replay that fits from 1.0305 × peak live up.
-/// let peak = 1_000_000u64;
-/// let min = smallest_budget(peak, |limit| Ok::<_, ()>((limit >= 1_030_500, 7)));
-/// assert_eq!(min, Ok(Some((1.031, 7))));
-/// ```
-pub fn smallest_budget<E>(
-    peak_live: u64,
-    mut replay: impl FnMut(u64) -> Result<(bool, u64), E>,
-) -> Result<Option<(f64, u64)>, E> {
-    // k thousandths of peak live, rounded up to a byte: whole thousandths
-    // of peak live times k (saturating), and the rest's share rounded up
-    // (below 4 000 000, so exact). No 128-bit division: the page carries
-    // this code, and one costs its wasm a kilobyte.
-    let mut attempt = |k: u64| {
-        let (whole, rest) = (peak_live / 1000, peak_live % 1000);
-        replay(
-            whole
-                .saturating_mul(k)
-                .saturating_add((rest * k).div_ceil(1000)),
-        )
-    };
-    let (mut lo, mut hi) = (1000u64, 4000u64);
-    let (fits, mut allocs) = attempt(hi)?;
-    if !fits {
-        return Ok(None);
-    }
-    // Most policies fit within a few percent: try there first.
-    let (fits, at_one) = attempt(lo)?;
-    if fits {
-        return Ok(Some((1.0, at_one)));
-    }
-    // lo runs out, hi fits (and allocs are hi's).
-    while hi - lo > 1 {
-        let mid = lo + (hi - lo) / 2;
-        let (fits, at_mid) = attempt(mid)?;
-        if fits {
-            hi = mid;
-            allocs = at_mid;
-        } else {
-            lo = mid;
-        }
-    }
-    Ok(Some((hi as f64 / 1000.0, allocs)))
 }
