@@ -18,8 +18,8 @@ use super::replay::fetch_bytes;
 use super::segments::{SegmentCanvas, SegmentLegend};
 use crate::model::axes::{Tick, byte_ticks, event_ticks, grouped, polyline};
 use crate::model::{
-    Compare, LaneFigures, ModelCell, Moment, POLICIES, SAMPLES, SeriesPoint, SimDevice,
-    expandable_budget, parse_speed, smallest_budget_of,
+    Budget, Compare, JobProgress, LaneFigures, ModelCell, Moment, POLICIES, SAMPLES, Seek,
+    SeriesPoint, SimDevice, Whose, parse_speed,
 };
 
 /// Events taken at most per tick (a long trace at a high speed falls behind
@@ -29,6 +29,16 @@ const MAX_EVENTS_PER_TICK: usize = 20_000;
 const CHART: Frame = Frame::new(640.0, 270.0);
 /// Segments drawn per policy at the scrubbed event.
 pub const MAPS_SHOWN: usize = 24;
+/// Events a slice of background work (the budgets' replays, a scrub's
+/// re-simulation) takes between two looks at the clock.
+const EVENTS_PER_SLICE: usize = 4096;
+/// Seconds of background work before the page yields to the browser (which
+/// draws a frame, then the work goes on): a frame's worth, less drawing.
+const WORK_PER_SLICE_S: f64 = 0.010;
+/// Events a scrub re-simulates at once, in the slider's own handler: more,
+/// and the rest goes on a slice at a time (a trace of millions of events
+/// scrubbed back would freeze the tab for seconds per move).
+const SCRUB_AT_ONCE: usize = 16_384;
 
 /// What the panel shows of the replay (written by the tick, 20 Hz).
 #[derive(Clone, Default, PartialEq)]
@@ -46,11 +56,13 @@ pub struct CompareView {
     /// Each policy's figures (final once done).
     pub figures: [LaneFigures; 2],
     /// Each policy's smallest budget, once found.
-    pub budgets: [Option<Option<(f64, u64)>>; 2],
+    pub budgets: [Option<Budget>; 2],
     /// PyTorch with `expandable_segments` on the whole trace, once done,
     /// and its smallest budget, once found.
     pub expandable: Option<LaneFigures>,
-    pub expandable_budget: Option<Option<(f64, u64)>>,
+    pub expandable_budget: Option<Budget>,
+    /// Where the search for the smallest budgets is, while one is under way.
+    pub budget_progress: Option<JobProgress>,
     /// The chart's points.
     pub series: Vec<SeriesPoint>,
     /// Events per chart point.
@@ -70,9 +82,10 @@ impl CompareView {
             position,
             done: c.result().is_some(),
             figures: c.figures(),
-            budgets: c.budgets,
+            budgets: c.budgets(),
             expandable: c.expandable(),
-            expandable_budget: c.expandable_budget,
+            expandable_budget: c.expandable_budget(),
+            budget_progress: c.budget_progress(),
             series: c.series().points(),
             every: c.series().every(),
             millis: c.millis(),
@@ -166,11 +179,47 @@ impl Geometry {
 
 /// Takes the scrubber and both segment maps to event `at` (`None`: follows
 /// the replay), clamped as the slider's range is: for the slider, "follow
-/// the replay" and a click on either chart.
+/// the replay" and a click on either chart. A scrub back further than
+/// [`SCRUB_AT_ONCE`] events goes on in a task of its own, a slice at a time.
 pub fn scrub_to(page: Page, at: Option<usize>) {
-    if let Some((at, m)) = page.with_compare(|c| c.scrub(at, MAPS_SHOWN)) {
+    if let Some((id, at, seek)) = page.with_compare(|c| {
+        let (at, seek) = c.scrub(at, MAPS_SHOWN, SCRUB_AT_ONCE);
+        (c.id(), at, seek)
+    }) {
         page.scrub.set(at);
-        page.moment.set(m);
+        match seek {
+            Seek::There(m) => page.moment.set(*m),
+            Seek::Started(seek) => spawn_local(drive_seek(page, id, seek)),
+            Seek::Going => {}
+        }
+    }
+}
+
+/// Takes seek `seek` of comparison `id` to its event a slice at a time,
+/// then shows both policies there; stops if the seek is called off (a scrub
+/// to the end, a new comparison).
+async fn drive_seek(page: Page, id: u64, seek: u64) {
+    loop {
+        sleep(std::time::Duration::ZERO).await;
+        let began = now_s();
+        let got = page.with_compare(|c| {
+            loop {
+                if c.id() != id || c.seeking() != Some(seek) {
+                    return None;
+                }
+                if let Some(m) = c.resume_seek(MAPS_SHOWN, EVENTS_PER_SLICE) {
+                    return Some(Some(m));
+                }
+                if now_s() - began > WORK_PER_SLICE_S {
+                    return Some(None);
+                }
+            }
+        });
+        match got.flatten() {
+            Some(Some(m)) => return page.moment.set(m),
+            Some(None) => {}
+            None => return,
+        }
     }
 }
 
@@ -200,51 +249,56 @@ async fn run_compare(page: Page, id: u64) {
     }
 }
 
-/// Finds both policies' smallest budgets for comparison `id`, one policy a
-/// tick so the page draws in between.
+/// Finds the smallest budgets for comparison `id` (both policies', then
+/// PyTorch with `expandable_segments`'), a slice of replays at a time: about
+/// [`WORK_PER_SLICE_S`] of work, then the page draws. Each budget shows
+/// once found.
 async fn find_budgets(page: Page, id: u64, busy: RwSignal<bool>) {
     busy.set(true);
-    for (lane, policy) in POLICIES.into_iter().enumerate() {
-        sleep(std::time::Duration::ZERO).await;
-        let Some((trace, device)) = page
-            .with_compare(|c| (c.id() == id).then(|| (c.trace().clone(), c.device())))
-            .flatten()
-        else {
-            break;
-        };
-        match smallest_budget_of(&trace, policy, device) {
-            Ok(b) => {
-                page.with_compare(|c| {
-                    if c.id() == id {
-                        c.budgets[lane] = Some(b);
-                    }
-                });
-            }
-            Err(e) => {
-                page.fail(format!("cannot bisect a budget: {e}"));
-                busy.set(false);
-                return;
-            }
+    page.with_compare(|c| {
+        if c.id() == id {
+            c.find_budgets();
         }
-    }
-    // PyTorch with expandable_segments, the yardstick beside them (not for
-    // a replay stopped before its end: it has no row to show it in).
-    sleep(std::time::Duration::ZERO).await;
-    if let Some((trace, device)) = page
-        .with_compare(|c| {
-            let stopped = c.result().is_some() && c.expandable().is_none();
-            (c.id() == id && !stopped).then(|| (c.trace().clone(), c.device()))
-        })
-        .flatten()
-    {
-        let b = expandable_budget(&trace, device);
-        page.with_compare(|c| {
-            if c.id() == id {
-                c.expandable_budget = Some(b);
+    });
+    loop {
+        sleep(std::time::Duration::ZERO).await;
+        let began = now_s();
+        let going = page.with_compare(|c| {
+            loop {
+                if c.id() != id || !c.advance_budgets(EVENTS_PER_SLICE)? {
+                    return Ok::<_, vrampool::Error>(false);
+                }
+                if now_s() - began > WORK_PER_SLICE_S {
+                    return Ok(true);
+                }
             }
         });
+        match going {
+            Some(Ok(true)) => {}
+            Some(Err(e)) => {
+                page.fail(format!("cannot bisect a budget: {e}"));
+                break;
+            }
+            Some(Ok(false)) | None => break,
+        }
     }
     busy.set(false);
+}
+
+/// What the budgets' button says while a search is under way.
+fn searching(p: Option<JobProgress>) -> String {
+    let Some(p) = p else {
+        return "finding the smallest budgets…".into();
+    };
+    let whose = match p.whose {
+        Whose::Policy(policy) => policy.name(),
+        Whose::Expandable => "expandable_segments",
+    };
+    format!(
+        "finding the smallest budgets: {whose}, replay {} ({:.0} %)…",
+        p.replay,
+        100.0 * p.events.0 as f64 / p.events.1.max(1) as f64
+    )
 }
 
 /// The trace picked in `#compare-source`.
@@ -340,7 +394,7 @@ pub fn ComparePanel() -> impl IntoView {
                 <button id="compare" class="primary" on:click=compare>"compare"</button>
                 <button id="compare-stop" on:click=stop>"stop"</button>
                 <button id="compare-budget" on:click=budgets>
-                    {move || if bisecting.get() { "finding the smallest budgets…" } else { "find the smallest budgets" }}
+                    {move || if bisecting.get() { searching(view.with(|v| v.budget_progress)) } else { "find the smallest budgets".into() }}
                 </button>
                 <span class="hint">"Both run on a simulated 4 GiB device with WebGPU's 256 MiB largest buffer, as "<code>"vrampool replay --simulate --compare --capacity 4294967296 --max-buffer-size 268435456"</code>" does; once every event is replayed (not after stop), the table adds PyTorch with expandable_segments on the same trace: what virtual memory, which WebGPU lacks, would hold."</span>
             </div>
@@ -585,6 +639,10 @@ fn Scrubber() -> impl IntoView {
                 ))}
                 {move || moment.with(|m| (lane_figures("vrampool", m.figures[0]), "; ", lane_figures("pytorch", m.figures[1])))}
             </p>
+            // A scrub back on a long trace re-simulates a slice at a time.
+            {move || page.scrub.get().filter(|&at| moment.with(|m| m.position != at)).map(|at| view! {
+                <p id="scrub-seeking" class="hint">{format!("re-simulating both policies from the start to event {}…", grouped(at as u64))}</p>
+            })}
             <SegmentLegend />
             <div class="two">
                 {map(0, "vrampool")}

@@ -7,12 +7,15 @@
 //! at any event, re-simulated exactly from a cursor that only moves forward
 //! unless asked for an earlier event.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use vrampool::trace::{Expandable, ExpandableBlock, ReplayCounts, Replayer, smallest_budget};
-use vrampool::{Config, Error, Limit, Trace, replay};
+use vrampool::trace::{Expandable, ExpandableBlock, ReplayCounts, Replayer};
+use vrampool::{Error, Trace};
 
-use super::lockstep::{LaneFigures, Lockstep, POLICIES, Policy, SimDevice, TENSOR_USAGE};
+use super::budget::{Budget, BudgetJob, JobProgress, Whose};
+
+use super::lockstep::{LaneFigures, Lockstep, POLICIES, SimDevice};
 use super::pace::Pace;
 use super::peak::PeakStack;
 use super::segments::SegmentView;
@@ -121,11 +124,27 @@ impl Moment {
     }
 }
 
+/// Where a scrub to an earlier event is: there, or on its way (see
+/// [`Compare::scrub`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Seek {
+    /// Both policies at the event.
+    There(Box<Moment>),
+    /// On its way: re-simulating from the start, a slice per
+    /// [`Compare::resume_seek`]. The seek `id` is new: its driver starts.
+    Started(u64),
+    /// On its way, driven by the seek already under way (its target moved).
+    Going,
+}
+
 /// A side-by-side replay.
 pub struct Compare {
     /// Tells this comparison from a later one (its task stops when it is gone).
     id: u64,
     device: SimDevice,
+    /// The trace, shared by every replay of it here (the lockstep, the
+    /// scrubber's, the yardstick's, the budget searches').
+    trace: Arc<Trace>,
     run: Lockstep,
     /// When its events are due.
     pace: Pace,
@@ -138,17 +157,23 @@ pub struct Compare {
     /// The state after the last event (before the trace's leftovers are freed).
     last: Option<Moment>,
     /// The smallest budget (× peak live) of each policy and its device
-    /// allocations, once asked for (`None` inside: even 4 × fails).
-    pub budgets: [Option<Option<(f64, u64)>>; 2],
+    /// allocations, once found (`None` inside: even 4 × fails).
+    budgets: [Option<Budget>; 2],
     /// PyTorch with `expandable_segments` on the same trace, stepped with
     /// the lockstep (a yardstick: not charted, not scrubbed), and its
     /// figures once every event was taken.
     vm: (Expandable, Replayer<'static, ExpandableBlock>),
     expandable: Option<LaneFigures>,
     /// Its smallest budget, found with the others.
-    pub expandable_budget: Option<Option<(f64, u64)>>,
+    expandable_budget: Option<Budget>,
+    /// The search for the smallest budgets, while one is under way.
+    budget_job: Option<BudgetJob>,
     /// The scrubber's own replay, moved to whatever event it is asked for.
     cursor: Option<Lockstep>,
+    /// The event the cursor is on its way to, and the id of that seek.
+    heading: Option<(usize, u64)>,
+    /// The last seek id given.
+    seeks: u64,
     /// What holds memory at the trace's peak.
     peak: PeakStack,
 }
@@ -156,17 +181,23 @@ pub struct Compare {
 impl Compare {
     /// Starts replaying `trace` through both policies on `device` at `speed`
     /// operations per second.
-    pub fn new(trace: Trace, device: SimDevice, speed: f64) -> Result<Compare, Error> {
+    pub fn new(
+        trace: impl Into<Arc<Trace>>,
+        device: SimDevice,
+        speed: f64,
+    ) -> Result<Compare, Error> {
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+        let trace = trace.into();
         let peak = PeakStack::of(&trace);
         let vm = (
             Expandable::new(device.capacity, None),
-            Replayer::owned(trace.clone()),
+            Replayer::shared(trace.clone()),
         );
         Ok(Compare {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             device,
-            run: Lockstep::new(trace, device)?,
+            run: Lockstep::new(trace.clone(), device)?,
+            trace,
             pace: Pace::new(speed),
             wall: None,
             millis: None,
@@ -177,7 +208,10 @@ impl Compare {
             vm,
             expandable: None,
             expandable_budget: None,
+            budget_job: None,
             cursor: None,
+            heading: None,
+            seeks: 0,
             peak,
         })
     }
@@ -189,7 +223,7 @@ impl Compare {
 
     /// The trace.
     pub fn trace(&self) -> &Trace {
-        self.run.trace()
+        &self.trace
     }
 
     /// The device both policies run on.
@@ -213,7 +247,7 @@ impl Compare {
     }
 
     /// PyTorch with `expandable_segments` on the same trace and device,
-    /// once every event was taken (see [`expandable_figures`]).
+    /// once every event was taken (core's `trace::Expandable`).
     pub fn expandable(&self) -> Option<LaneFigures> {
         self.expandable
     }
@@ -292,38 +326,139 @@ impl Compare {
     /// or, with `None`, as they are now; maps of the `max` largest segments.
     /// An earlier event is re-simulated from the start, a later one from
     /// where the last scrub left the cursor: exact, and no more memory than
-    /// one more replay.
+    /// one more replay. All at once: see [`Compare::scrub`] for a slice at
+    /// a time.
     pub fn moment(&mut self, at: Option<usize>, max: usize) -> Moment {
-        let now = self.run.position();
-        let at = at.map(|a| a.min(now));
-        if at.is_none_or(|a| a == now) {
-            return match &self.last {
-                Some(m) => trim(m.clone(), max),
-                None => Moment::of(&self.run, max),
-            };
+        match self.seek(at, max, usize::MAX) {
+            Seek::There(m) => *m,
+            Seek::Started(_) | Seek::Going => unreachable!("a seek with no bound gets there"),
         }
-        let at = at.unwrap_or(now);
-        if self.cursor.as_ref().is_none_or(|c| c.position() > at) {
-            match Lockstep::new(self.trace().clone(), self.device) {
-                Ok(c) => self.cursor = Some(c),
-                Err(_) => return Moment::default(),
-            }
-        }
-        let cursor = self.cursor.as_mut().expect("made above");
-        cursor.run_to(at);
-        Moment::of(cursor, max)
     }
 
     /// Where the scrubber goes when asked for event `at` (the slider, a
     /// click on a chart), and both policies there: as the slider's range
     /// allows, at most the events taken, and an event not taken yet while
-    /// the replay runs (or `None`) follows the replay (`None`).
-    pub fn scrub(&mut self, at: Option<usize>, max: usize) -> (Option<usize>, Moment) {
+    /// the replay runs (or `None`) follows the replay (`None`). Re-simulates
+    /// at most `events` events; a scrub that needs more is on its way
+    /// ([`Seek::Started`] or [`Seek::Going`]), and [`Compare::resume_seek`]
+    /// takes it further. On a trace of millions of events, a scrub back
+    /// re-simulates up to millions: a tab cannot do that between two frames.
+    pub fn scrub(&mut self, at: Option<usize>, max: usize, events: usize) -> (Option<usize>, Seek) {
         let now = self.run.position();
         let at = at
             .filter(|&a| a < now || self.result.is_some())
             .map(|a| a.min(now));
-        (at, self.moment(at, max))
+        (at, self.seek(at, max, events))
+    }
+
+    fn seek(&mut self, at: Option<usize>, max: usize, events: usize) -> Seek {
+        let now = self.run.position();
+        let at = at.map(|a| a.min(now));
+        if at.is_none_or(|a| a == now) {
+            self.heading = None;
+            return Seek::There(Box::new(match &self.last {
+                Some(m) => trim(m.clone(), max),
+                None => Moment::of(&self.run, max),
+            }));
+        }
+        let at = at.unwrap_or(now);
+        if self.cursor.as_ref().is_none_or(|c| c.position() > at) {
+            match Lockstep::new(self.trace.clone(), self.device) {
+                Ok(c) => self.cursor = Some(c),
+                Err(_) => return Seek::There(Box::default()),
+            }
+        }
+        let fresh = self.heading.is_none();
+        let id = match self.heading {
+            Some((_, id)) => id,
+            None => {
+                self.seeks += 1;
+                self.seeks
+            }
+        };
+        self.heading = Some((at, id));
+        match self.resume_seek(max, events) {
+            Some(m) => Seek::There(Box::new(m)),
+            None if fresh => Seek::Started(id),
+            None => Seek::Going,
+        }
+    }
+
+    /// The seek under way, if any: its id.
+    pub fn seeking(&self) -> Option<u64> {
+        self.heading.map(|(_, id)| id)
+    }
+
+    /// Takes the seek under way up to `events` events further; both
+    /// policies at its event once there (the seek is then over), `None`
+    /// before (or with no seek under way).
+    pub fn resume_seek(&mut self, max: usize, events: usize) -> Option<Moment> {
+        let (at, _) = self.heading?;
+        let cursor = self.cursor.as_mut()?;
+        cursor.run_to(at.min(cursor.position().saturating_add(events)));
+        if cursor.position() < at && !cursor.is_done() {
+            return None;
+        }
+        self.heading = None;
+        Some(Moment::of(cursor, max))
+    }
+
+    /// Each policy's smallest budget, once found.
+    pub fn budgets(&self) -> [Option<Budget>; 2] {
+        self.budgets
+    }
+
+    /// PyTorch with `expandable_segments`' smallest budget, once found.
+    pub fn expandable_budget(&self) -> Option<Budget> {
+        self.expandable_budget
+    }
+
+    /// Starts finding the smallest budgets — both policies', then, for a
+    /// replay not stopped before its end, PyTorch with
+    /// `expandable_segments`' (a stopped one has no row to show it in) —
+    /// unless a search is under way; [`Compare::advance_budgets`] takes it
+    /// forward.
+    pub fn find_budgets(&mut self) {
+        if self.budget_job.is_some() {
+            return;
+        }
+        let stopped = self.result.is_some() && self.expandable.is_none();
+        let mut whose = vec![Whose::Policy(POLICIES[0]), Whose::Policy(POLICIES[1])];
+        if !stopped {
+            whose.push(Whose::Expandable);
+        }
+        self.budget_job = Some(BudgetJob::new(self.trace.clone(), self.device, &whose));
+    }
+
+    /// Takes the search for the smallest budgets about `events` events of
+    /// replays further; whether it goes on. Each budget is shown once found.
+    pub fn advance_budgets(&mut self, events: usize) -> Result<bool, Error> {
+        let Some(job) = &mut self.budget_job else {
+            return Ok(false);
+        };
+        let found = job.advance(events);
+        let done = job.is_done();
+        if found.is_err() || done {
+            self.budget_job = None;
+        }
+        for (whose, budget) in found? {
+            match whose {
+                Whose::Policy(p) => {
+                    let lane = POLICIES
+                        .iter()
+                        .position(|&q| q == p)
+                        .expect("a compared policy");
+                    self.budgets[lane] = Some(budget);
+                }
+                Whose::Expandable => self.expandable_budget = Some(budget),
+            }
+        }
+        Ok(!done)
+    }
+
+    /// Where the search for the smallest budgets is, while one is under way.
+    pub fn budget_progress(&self) -> Option<JobProgress> {
+        self.budget_job.as_ref().and_then(BudgetJob::progress)
     }
 }
 
@@ -336,44 +471,6 @@ fn trim(mut m: Moment, max: usize) -> Moment {
         }
     }
     m
-}
-
-/// The smallest hard limit (× peak live, in 0.001 steps) under which
-/// `policy` replays `trace` on `device` with no OOM, and the device
-/// allocations that replay makes; `None` if even 4 × fails. Core's
-/// bisection (`trace::smallest_budget`), the one the harness's
-/// `--min-budget` runs.
-pub fn smallest_budget_of(
-    trace: &Trace,
-    policy: Policy,
-    device: SimDevice,
-) -> Result<Option<(f64, u64)>, Error> {
-    smallest_budget(trace.peak_live, |limit| {
-        let config = Config {
-            limit: Some(Limit::Bytes(limit)),
-            ..policy.config()
-        };
-        let mut engine = device.engine(config)?;
-        let r = replay(&mut engine, trace, TENSOR_USAGE);
-        Ok((r.ooms == 0, r.device_allocs))
-    })
-}
-
-/// `trace` through PyTorch's allocator with `expandable_segments` (core's
-/// `trace::Expandable`) on a device of `device`'s memory under `limit`: its
-/// figures at the end, in the harness's words (device allocations are page
-/// ranges mapped), and whether it ran out of memory.
-pub fn expandable_figures(
-    trace: &Trace,
-    device: SimDevice,
-    limit: Option<u64>,
-) -> (LaneFigures, bool) {
-    let mut vm = Expandable::new(device.capacity, limit);
-    let mut replayer = Replayer::new(trace);
-    // Refusals are out-of-memory only: the replay counts them and goes on.
-    while replayer.step(&mut vm).unwrap_or(true) {}
-    let counts = replayer.counts();
-    (lane_of(&vm, counts, trace.peak_live), counts.ooms > 0)
 }
 
 /// An `Expandable`'s figures in the harness's words.
@@ -392,32 +489,12 @@ fn lane_of(vm: &Expandable, counts: ReplayCounts, peak_live: u64) -> LaneFigures
     }
 }
 
-/// The smallest budget of PyTorch with `expandable_segments` on `trace`
-/// (see [`smallest_budget_of`]; its limit is PyTorch's, checked on each
-/// miss's allocation size).
-pub fn expandable_budget(trace: &Trace, device: SimDevice) -> Option<(f64, u64)> {
-    smallest_budget::<()>(trace.peak_live, |limit| {
-        let (f, oom) = expandable_figures(trace, device, Some(limit));
-        Ok((!oom, f.device_allocs))
-    })
-    .unwrap_or(None)
-}
-
-/// Both policies' smallest budgets (see [`smallest_budget_of`]).
-pub fn smallest_budgets(
-    trace: &Trace,
-    device: SimDevice,
-) -> Result<[Option<(f64, u64)>; 2], Error> {
-    Ok([
-        smallest_budget_of(trace, POLICIES[0], device)?,
-        smallest_budget_of(trace, POLICIES[1], device)?,
-    ])
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::lockstep::TENSOR_USAGE;
     use crate::model::lockstep::tests::sample;
+    use vrampool::{Config, Limit, replay};
 
     #[test]
     fn the_series_stays_bounded_and_keeps_every_peak() {
@@ -495,12 +572,6 @@ mod tests {
             (s.peak_reserved, s.device_allocs, s.cache_hits, 0)
         );
         assert_eq!(x.peak_live, trace.peak_live);
-        // Its smallest budget fits, and the step below does not.
-        let (min, allocs) = expandable_budget(&trace, SimDevice::PAGE).expect("within 4 ×");
-        let at = |x: f64| (trace.peak_live as f64 * x).ceil() as u64;
-        let (f, oom) = expandable_figures(&trace, SimDevice::PAGE, Some(at(min)));
-        assert!(!oom && f.device_allocs == allocs, "{min}");
-        assert!(expandable_figures(&trace, SimDevice::PAGE, Some(at(min - 0.002))).1);
     }
 
     #[test]
@@ -533,24 +604,92 @@ mod tests {
         let mut c = Compare::new(trace.clone(), SimDevice::PAGE, 1e9).unwrap();
         c.advance(3000);
         let now = c.moment(None, 8);
+        let there = |m: Moment| Seek::There(Box::new(m));
         assert_eq!(
-            c.scrub(Some(2000), 8),
-            (Some(2000), c.moment(Some(2000), 8))
+            c.scrub(Some(2000), 8, usize::MAX),
+            (Some(2000), there(c.moment(Some(2000), 8)))
         );
         // Running: an event not taken yet follows the replay.
-        assert_eq!(c.scrub(Some(trace.events.len()), 8), (None, now.clone()));
-        assert_eq!(c.scrub(None, 8), (None, now.clone()));
+        assert_eq!(
+            c.scrub(Some(trace.events.len()), 8, usize::MAX),
+            (None, there(now.clone()))
+        );
+        assert_eq!(c.scrub(None, 8, usize::MAX), (None, there(now.clone())));
         // Stopped: a click at the chart's end stays at the last event taken.
         c.stop();
-        assert_eq!(c.scrub(Some(trace.events.len()), 8), (Some(3000), now));
+        assert_eq!(
+            c.scrub(Some(trace.events.len()), 8, usize::MAX),
+            (Some(3000), there(now))
+        );
+    }
+
+    #[test]
+    fn a_scrub_back_too_far_for_one_slice_gets_there_slice_by_slice() {
+        let trace = sample("gpt_train");
+        let mut c = Compare::new(trace.clone(), SimDevice::PAGE, 1e9).unwrap();
+        while c.advance(5000) {}
+        let want = |at: usize| {
+            let mut l = Lockstep::new(trace.clone(), SimDevice::PAGE).unwrap();
+            l.run_to(at);
+            Moment::of(&l, 8)
+        };
+        // From the start to 5 000 in slices of 1 000: a seek begins...
+        let (at, seek) = c.scrub(Some(5000), 8, 1000);
+        assert_eq!(at, Some(5000));
+        let Seek::Started(id) = seek else {
+            panic!("{seek:?}")
+        };
+        assert_eq!(c.seeking(), Some(id));
+        assert_eq!(c.resume_seek(8, 1000), None);
+        // ...its target moves while it goes: the same seek, still going...
+        assert_eq!(c.scrub(Some(4500), 8, 1000), (Some(4500), Seek::Going));
+        assert_eq!(c.seeking(), Some(id));
+        let mut slices = 0;
+        let m = loop {
+            slices += 1;
+            if let Some(m) = c.resume_seek(8, 1000) {
+                break m;
+            }
+        };
+        // ...and gets there, exactly: 4 500 events in slices of 1 000.
+        assert_eq!(slices, 2, "3 000 taken, then 1 000 and 500");
+        assert_eq!(m, want(4500));
+        assert_eq!(c.seeking(), None);
+        assert_eq!(c.resume_seek(8, 1000), None, "no seek under way");
+        // Forward from there is where the cursor is: within one slice.
+        assert_eq!(
+            c.scrub(Some(5200), 8, 1000),
+            (Some(5200), Seek::There(Box::new(want(5200))))
+        );
+        // Back again: a new seek, and a scrub to the end calls it off.
+        let (_, seek) = c.scrub(Some(2500), 8, 1000);
+        assert!(matches!(seek, Seek::Started(n) if n > id), "{seek:?}");
+        let (at, seek) = c.scrub(None, 8, 1000);
+        assert_eq!((at, c.seeking()), (None, None));
+        assert_eq!(seek, Seek::There(Box::new(c.moment(None, 8))));
     }
 
     #[test]
     fn smallest_budgets_replay_with_no_oom_and_the_device_allocations_said() {
         let trace = sample("resnet_train");
-        let budgets = smallest_budgets(&trace, SimDevice::PAGE).unwrap();
-        for (policy, b) in POLICIES.iter().zip(budgets) {
-            let (x, allocs) = b.expect("fits within 4 × peak live");
+        let mut c = Compare::new(trace.clone(), SimDevice::PAGE, 1e9).unwrap();
+        while c.advance(5000) {}
+        c.find_budgets();
+        let mut slices = 0;
+        while c.advance_budgets(20_000).unwrap() {
+            slices += 1;
+            // Each is shown once found, the others still blank.
+            if c.budget_progress()
+                .is_some_and(|p| p.whose == Whose::Expandable)
+            {
+                assert!(c.budgets().iter().all(Option::is_some));
+                assert_eq!(c.expandable_budget(), None);
+            }
+        }
+        assert!(slices > 3, "{slices}");
+        assert_eq!(c.budget_progress(), None);
+        for (policy, b) in POLICIES.iter().zip(c.budgets()) {
+            let (x, allocs) = b.flatten().expect("fits within 4 × peak live");
             let run = |x: f64| {
                 let limit = (trace.peak_live as f64 * x).ceil() as u64;
                 let config = Config {
@@ -562,7 +701,31 @@ mod tests {
             };
             let at = run(x);
             assert_eq!((at.ooms, at.device_allocs), (0, allocs), "{policy:?}");
-            assert!(x < 4.0 && run(0.999).ooms > 0, "{policy:?}: {x}");
+            assert!(x < 4.0 && run(x - 0.001).ooms > 0, "{policy:?}: {x}");
         }
+        // PyTorch with expandable_segments: fits there, not a step below.
+        let (x, allocs) = c.expandable_budget().flatten().expect("fits within 4 ×");
+        let vm_at = |x: f64| {
+            let mut vm = Expandable::new(
+                SimDevice::PAGE.capacity,
+                Some((trace.peak_live as f64 * x).ceil() as u64),
+            );
+            let mut r = Replayer::new(&trace);
+            while r.step(&mut vm).unwrap_or(true) {}
+            (r.counts().ooms, vm.stats().device_allocs)
+        };
+        assert_eq!(vm_at(x), (0, allocs));
+        assert!(vm_at(x - 0.001).0 > 0, "{x}");
+    }
+
+    #[test]
+    fn a_stopped_compare_finds_no_budget_for_virtual_memory() {
+        let mut c = Compare::new(sample("gpt_train"), SimDevice::PAGE, 1e9).unwrap();
+        c.advance(1000);
+        c.stop();
+        c.find_budgets();
+        while c.advance_budgets(1 << 20).unwrap() {}
+        assert!(c.budgets().iter().all(Option::is_some));
+        assert_eq!(c.expandable_budget(), None);
     }
 }

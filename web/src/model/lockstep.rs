@@ -5,6 +5,7 @@
 //! differ only in what their policy reserved around them.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use vrampool::trace::{Replayer, Step};
 use vrampool::{BlockId, Config, Engine, Error, READ_WRITE_USAGE, Request, SimulatedDevice, Trace};
@@ -184,14 +185,15 @@ pub struct Lockstep {
 
 impl Lockstep {
     /// Both policies at the start of `trace`, each on a fresh `device`.
-    pub fn new(trace: Trace, device: SimDevice) -> Result<Lockstep, Error> {
+    pub fn new(trace: impl Into<Arc<Trace>>, device: SimDevice) -> Result<Lockstep, Error> {
+        let trace = trace.into();
         device.check(&trace)?;
         Ok(Lockstep {
             lanes: [
                 Lane::new(POLICIES[0], device)?,
                 Lane::new(POLICIES[1], device)?,
             ],
-            replayer: Replayer::owned(trace),
+            replayer: Replayer::shared(trace),
             peak_live: 0,
         })
     }

@@ -8,6 +8,7 @@
 
 pub mod axes;
 mod backing;
+mod budget;
 mod compare;
 mod lockstep;
 mod pace;
@@ -28,10 +29,8 @@ pub use backing::{
     AllocFuture, Backing, Block, SIM_CAPACITY, Simulated, Usage, WEBGPU_MAX_BUFFER,
     allocate_and_free_half, simulated_pool,
 };
-pub use compare::{
-    Compare, MAX_SERIES, Moment, Series, SeriesPoint, expandable_budget, expandable_figures,
-    smallest_budget_of, smallest_budgets,
-};
+pub use budget::{Budget, BudgetJob, JobProgress, Whose};
+pub use compare::{Compare, MAX_SERIES, Moment, Seek, Series, SeriesPoint};
 pub use lockstep::{LaneFigures, Lockstep, POLICIES, Policy, SimDevice, TENSOR_USAGE};
 pub use pace::Pace;
 pub use peak::{BANDS, Band, BandKind, COLUMNS, PeakStack, SIZE_CLASSES, size_class};

@@ -2,13 +2,17 @@
 //! ([`Replayer`]) over the page's [`Backing`], paced to a speed in
 //! operations per second, ending with the figures the harness reports, and
 //! beside them what PyTorch's scheme makes of the same trace (a simulated
-//! twin).
+//! twin, stepped with the replay: a trace of millions of events is not
+//! replayed again in one go at its end).
 
 use std::rc::Rc;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use vrampool::trace::{Replayer, Step};
-use vrampool::{Config, Counters, Error, Limit, Trace, fmt_bytes, replay};
+use vrampool::trace::{EngineTarget, Replayer, Step};
+use vrampool::{
+    BlockId, Config, Counters, Engine, Error, Limit, SimulatedDevice, Trace, fmt_bytes,
+};
 
 use super::{Backing, Block, Model, ModelCell, Pace, SIM_CAPACITY, SimDevice, TENSOR_USAGE, Usage};
 
@@ -28,8 +32,6 @@ pub struct Replay {
     pace: Pace,
     /// Counters when it started (the report is the difference).
     start: Counters,
-    /// The budget it started under (its PyTorch twin's too).
-    limit: Option<u64>,
     /// Highest live bytes of the events taken.
     peak_live: u64,
     /// Wall clock at the start.
@@ -37,6 +39,9 @@ pub struct Replay {
     /// Stopped by a refusal other than out-of-memory (a lost device), which
     /// core counts with the refusals and the page does not call an OOM.
     stopped_by_error: bool,
+    /// The PyTorch preset over the same trace under the same budget, an
+    /// event per event taken here (`None` if its engine could not be made).
+    twin: Option<Twin>,
 }
 
 impl Replay {
@@ -96,10 +101,17 @@ pub struct TwinResult {
     pub ooms: u64,
 }
 
-impl TwinResult {
-    /// `trace` replayed by `Config::pytorch()` under `limit` on a simulated
-    /// device of the page's size whose largest buffer is `max_buffer`.
-    pub fn of(trace: &Trace, max_buffer: u64, limit: Option<u64>) -> Option<TwinResult> {
+/// `Config::pytorch()` replaying a trace on a simulated device of the
+/// page's size, an event at a time: what core's `replay` reports of it.
+struct Twin {
+    engine: Box<Engine<SimulatedDevice>>,
+    replayer: Replayer<'static, BlockId>,
+}
+
+impl Twin {
+    /// The twin of a replay of `trace` under `limit` on a device whose
+    /// largest buffer is `max_buffer`.
+    fn new(trace: Arc<Trace>, max_buffer: u64, limit: Option<u64>) -> Option<Twin> {
         let device = SimDevice {
             capacity: SIM_CAPACITY,
             max_buffer,
@@ -108,14 +120,31 @@ impl TwinResult {
             limit: limit.map(Limit::Bytes),
             ..Config::pytorch()
         };
-        let mut engine = device.engine(config).ok()?;
-        let r = replay(&mut engine, trace, TENSOR_USAGE);
-        Some(TwinResult {
-            peak_reserved: r.peak_reserved,
-            device_allocs: r.device_allocs,
-            cache_hits: r.cache_hits,
-            ooms: r.ooms,
+        Some(Twin {
+            engine: Box::new(device.engine(config).ok()?),
+            replayer: Replayer::shared(trace),
         })
+    }
+
+    /// Takes the next event (a refusal is counted and the replay goes on).
+    fn step(&mut self) {
+        let _ = self
+            .replayer
+            .step(&mut EngineTarget::new(&mut self.engine, TENSOR_USAGE));
+    }
+
+    /// Its figures once every event is taken.
+    fn result(mut self) -> TwinResult {
+        while !self.replayer.is_done() {
+            self.step();
+        }
+        let s = self.engine.stats();
+        TwinResult {
+            peak_reserved: s.total.reserved_bytes.peak,
+            device_allocs: s.counters.device_allocs,
+            cache_hits: s.counters.cache_hits,
+            ooms: self.replayer.counts().ooms,
+        }
     }
 }
 
@@ -151,12 +180,13 @@ impl Model {
             fmt_bytes(trace.peak_live)
         ));
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        let trace = Arc::new(trace);
         self.replay = Some(Replay {
             id,
-            replayer: Replayer::owned(trace),
+            twin: Twin::new(trace.clone(), self.max_buffer, limit),
+            replayer: Replayer::shared(trace),
             pace: Pace::new(speed),
             start: self.stats().counters,
-            limit,
             peak_live: 0,
             wall: web_time::Instant::now(),
             stopped_by_error: false,
@@ -193,9 +223,7 @@ impl Model {
             cache_hits: s.counters.cache_hits - r.start.cache_hits,
             ooms: r.replayer.counts().ooms - u64::from(r.stopped_by_error),
             millis: r.wall.elapsed().as_millis() as u64,
-            twin: done
-                .then(|| TwinResult::of(trace, self.max_buffer, r.limit))
-                .flatten(),
+            twin: r.twin.take().filter(|_| done).map(Twin::result),
         };
         let twin = res.twin.map_or(String::new(), |t| {
             format!(
@@ -227,6 +255,11 @@ impl Model {
         };
         let step = r.replayer.next_step();
         r.peak_live = r.peak_live.max(r.replayer.live_bytes());
+        if step.is_some()
+            && let Some(twin) = &mut r.twin
+        {
+            twin.step();
+        }
         match step {
             None => {
                 self.finish_replay();
