@@ -66,7 +66,6 @@ pub fn allocate(page: Page, form: AllocForm) {
 pub fn AllocatePanel() -> impl IntoView {
     let page = expect_context::<Page>();
     let form = expect_context::<AllocForm>();
-    let released = RwSignal::new(None::<u64>);
     let free_random = move |_| {
         page.with_model(|m| {
             let n = m.free_random();
@@ -93,7 +92,7 @@ pub fn AllocatePanel() -> impl IntoView {
             bytes
         });
         if bytes.is_some() {
-            released.set(bytes);
+            page.released.set(bytes);
         }
     };
     view! {
@@ -122,8 +121,8 @@ pub fn AllocatePanel() -> impl IntoView {
             <button id="btn-free-all" on:click=free_all>"free all"</button>
             <button id="btn-empty-cache" on:click=empty_cache>"empty_cache()"</button>
         </div>
-        <p id="released" data-bytes=move || released.get().map(|r| r.to_string()).unwrap_or_default()>
-            {move || released.get().map(|r| format!("last empty_cache released {}", fmt_bytes(r)))}
+        <p id="released" data-bytes=move || page.released.get().map(|r| r.to_string()).unwrap_or_default()>
+            {move || page.released.get().map(|r| format!("this pool's last empty_cache released {}", fmt_bytes(r)))}
         </p>
     }
 }

@@ -98,6 +98,7 @@ fn tick(page: Page, n: u64) {
     page.with_model(|m| {
         let stats = m.sample(t);
         set_if_changed(page.stats, Some(stats));
+        set_if_changed(page.released, m.released);
         page.points.set(m.points.clone());
         set_if_changed(page.device, DeviceView::of(m));
         set_if_changed(page.replay, ReplayView::of(m));

@@ -47,6 +47,8 @@ pub struct Page {
     pub device: RwSignal<DeviceView>,
     /// The pool's figures (the tick, 20 Hz).
     pub stats: RwSignal<Option<Stats>>,
+    /// What this pool's last `empty_cache()` released (the tick, and the button).
+    pub released: RwSignal<Option<u64>>,
     /// The timeline (the tick, 20 Hz).
     pub points: RwSignal<VecDeque<Point>>,
     /// Replay progress and result (the tick).
@@ -83,6 +85,7 @@ impl Page {
             error: RwSignal::new(None),
             device: RwSignal::new(DeviceView::default()),
             stats: RwSignal::new(None),
+            released: RwSignal::new(None),
             points: RwSignal::new(VecDeque::new()),
             replay: RwSignal::new(ReplayView::default()),
             training: RwSignal::new(TrainView::default()),

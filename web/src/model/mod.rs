@@ -153,6 +153,10 @@ pub struct Model {
     pub note: String,
     /// Why the WebGPU device was lost, once it was.
     pub lost: Option<String>,
+    /// What the current pool's last `empty_cache()` released; `None` until
+    /// this pool has had one (a new pool, for new settings or a replay,
+    /// starts without: the figure was the old pool's).
+    pub released: Option<u64>,
     /// Every allocate and free of the page's pools, as RMM CSV.
     recording: Recording,
     /// Counters at the last sample, to log what the device did in between.
@@ -196,6 +200,7 @@ impl Model {
             replay_result: None,
             note: String::new(),
             lost: None,
+            released: None,
             recording: Recording::new(),
             last_counters: Counters::default(),
             growth: Growth::OnDemand,
@@ -338,7 +343,9 @@ impl Model {
 
     /// `empty_cache()`: returns the bytes released.
     pub fn empty_cache(&mut self) -> u64 {
-        self.backing.empty_cache()
+        let released = self.backing.empty_cache();
+        self.released = Some(released);
+        released
     }
 
     /// Sets the hard limit and the cache limit.
@@ -381,8 +388,9 @@ impl Model {
         self.collect_recording();
         self.backing = backing;
         (self.growth, self.cache_limit) = (growth, cache_limit);
-        // The new pool's counters start at zero.
+        // The new pool's counters start at zero, and it has released nothing.
         self.last_counters = Counters::default();
+        self.released = None;
         self.recording.next_pool();
         if !self.recording.is_full() {
             self.backing.start_recording();
@@ -844,6 +852,23 @@ mod tests {
         assert_eq!(m.stats().total.allocated_bytes.current, 3 << 20);
         assert_eq!(m.free_all(), 3);
         assert_eq!(m.stats().total.allocated_bytes.current, 0);
+    }
+
+    #[test]
+    fn what_empty_cache_released_is_the_current_pools() {
+        let model = RefCell::new(Model::simulated("test"));
+        now(allocate_held(&model, 4, 1 << 20, Usage::Storage));
+        let mut m = model.into_inner();
+        assert_eq!(m.released, None, "no empty_cache yet");
+        m.free_all();
+        let released = m.empty_cache();
+        assert!(released > 0);
+        assert_eq!(m.released, Some(released));
+        assert_eq!(m.empty_cache(), 0);
+        assert_eq!(m.released, Some(0), "the last call's, even when nothing");
+        // New settings make a new pool: the old pool's figure is not shown for it.
+        m.reset(Growth::OnDemand, Some(64 << 20), None).unwrap();
+        assert_eq!(m.released, None);
     }
 
     /// A pool on the machine's Vulkan adapter (lavapipe in CI), as the page
