@@ -77,8 +77,68 @@ fn a_search_stepped_by_hand_names_a_limit_until_it_has_a_figure() {
     assert_eq!(search.result(), Some(Some((1.02, 1_020_000))));
 }
 
+/// The bisection as a closure loop, as `smallest_budget` was written before
+/// `BudgetSearch`: the reference its limits are held to.
+fn closure_loop(peak_live: u64, mut replay: impl FnMut(u64) -> (bool, u64)) -> Option<(f64, u64)> {
+    let mut attempt = |k: u64| {
+        let (whole, rest) = (peak_live / 1000, peak_live % 1000);
+        replay(
+            whole
+                .saturating_mul(k)
+                .saturating_add((rest * k).div_ceil(1000)),
+        )
+    };
+    let (mut lo, mut hi) = (1000u64, 4000u64);
+    let (fits, mut allocs) = attempt(hi);
+    if !fits {
+        return None;
+    }
+    let (fits, at_one) = attempt(lo);
+    if fits {
+        return Some((1.0, at_one));
+    }
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        let (fits, at_mid) = attempt(mid);
+        if fits {
+            hi = mid;
+            allocs = at_mid;
+        } else {
+            lo = mid;
+        }
+    }
+    Some((hi as f64 / 1000.0, allocs))
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(common::cases(256)))]
+
+    /// The stepped search tries the closure loop's limits, in its order,
+    /// and ends with its figure.
+    #[test]
+    fn the_search_tries_the_limits_the_closure_loop_tried(
+        peak in 1u64..u64::MAX / 4,
+        threshold in 900u64..4200,
+        holes in proptest::collection::vec(1000u64..4000, 0..40),
+    ) {
+        let fits = |limit: u64| {
+            let k = (limit as f64 / peak as f64 * 1000.0).round() as u64;
+            k >= threshold && !holes.contains(&k)
+        };
+        let mut want = Vec::new();
+        let figure = closure_loop(peak, |limit| {
+            want.push(limit);
+            (fits(limit), limit % 997)
+        });
+        let mut got = Vec::new();
+        let mut search = BudgetSearch::new(peak);
+        while let Some(limit) = search.next_limit() {
+            got.push(limit);
+            search.record(fits(limit), limit % 997);
+        }
+        prop_assert_eq!(got, want);
+        prop_assert_eq!(search.result(), Some(figure));
+    }
 
     /// Whatever budgets run out, the figure fit, its allocations are its
     /// own replay's, and one step below it ran out (or it is 1 ×).

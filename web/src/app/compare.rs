@@ -37,7 +37,8 @@ const EVENTS_PER_SLICE: usize = 4096;
 const WORK_PER_SLICE_S: f64 = 0.010;
 /// Events a scrub re-simulates at once, in the slider's own handler: more,
 /// and the rest goes on a slice at a time (a trace of millions of events
-/// scrubbed back would freeze the tab for seconds per move).
+/// scrubbed back, re-simulated from its start, would freeze the tab for
+/// seconds per move).
 const SCRUB_AT_ONCE: usize = 16_384;
 
 /// What the panel shows of the replay (written by the tick, 20 Hz).
@@ -179,8 +180,10 @@ impl Geometry {
 
 /// Takes the scrubber and both segment maps to event `at` (`None`: follows
 /// the replay), clamped as the slider's range is: for the slider, "follow
-/// the replay" and a click on either chart. A scrub back further than
-/// [`SCRUB_AT_ONCE`] events goes on in a task of its own, a slice at a time.
+/// the replay" and a click on either chart. A scrub that needs more than
+/// [`SCRUB_AT_ONCE`] events re-simulated (back: from the start; forward:
+/// from where the last left off) goes on in a task of its own, a slice at
+/// a time.
 pub fn scrub_to(page: Page, at: Option<usize>) {
     if let Some((id, at, seek)) = page.with_compare(|c| {
         let (at, seek) = c.scrub(at, MAPS_SHOWN, SCRUB_AT_ONCE);
@@ -641,7 +644,7 @@ fn Scrubber() -> impl IntoView {
             </p>
             // A scrub back on a long trace re-simulates a slice at a time.
             {move || page.scrub.get().filter(|&at| moment.with(|m| m.position != at)).map(|at| view! {
-                <p id="scrub-seeking" class="hint">{format!("re-simulating both policies from the start to event {}…", grouped(at as u64))}</p>
+                <p id="scrub-seeking" class="hint">{format!("re-simulating both policies to event {}…", grouped(at as u64))}</p>
             })}
             <SegmentLegend />
             <div class="two">

@@ -2,9 +2,9 @@
 //! bisection stepped by hand ([`BudgetSearch`]), each limit it names a
 //! replay taken a few thousand events per call, and given up at its first
 //! refusal (a replay that ran out once does not fit). A search is 4 × peak
-//! live, 1 × and a bisection: about 14 replays of the whole trace per
-//! policy, seconds of work on a trace of a million events, which a tab must
-//! not do in one go.
+//! live, 1 × and a bisection: at most 14 replays per policy (2 where 1 ×
+//! fits; those that run out stop early), seconds of work on a trace of a
+//! million events, which a tab must not do in one go.
 //!
 //! The figures are those of the harness's `replay --min-budget` (core's
 //! `trace::smallest_budget` over `replay`): the same limits, the same
@@ -131,6 +131,8 @@ pub struct BudgetJob {
     /// The search under way, its replays begun, and the replay at its
     /// current limit (made on the first slice that needs it).
     current: Option<(Whose, BudgetSearch, usize, Option<Probe>)>,
+    /// Budgets found and not yet taken ([`BudgetJob::take_found`]).
+    found: Vec<(Whose, Budget)>,
 }
 
 impl BudgetJob {
@@ -142,14 +144,15 @@ impl BudgetJob {
             device,
             todo: whose.iter().copied().collect(),
             current: None,
+            found: Vec::new(),
         }
     }
 
     /// Takes at most about `events` events of replays (a replay's slice
-    /// ends at the count or at a refusal); returns the budgets found in
-    /// them. An engine that cannot be made under a limit is the error.
-    pub fn advance(&mut self, events: usize) -> Result<Vec<(Whose, Budget)>, Error> {
-        let mut found = Vec::new();
+    /// ends at the count or at a refusal); the budgets found in them wait in
+    /// [`BudgetJob::take_found`], an error or not. An engine that cannot be
+    /// made under a limit is the error.
+    pub fn advance(&mut self, events: usize) -> Result<(), Error> {
         let mut left = events;
         while left > 0 {
             let (whose, search, replays, probe) = match &mut self.current {
@@ -164,7 +167,7 @@ impl BudgetJob {
             };
             let Some(limit) = search.next_limit() else {
                 let result = search.result().expect("over once it names no limit");
-                found.push((*whose, result));
+                self.found.push((*whose, result));
                 self.current = None;
                 continue;
             };
@@ -182,12 +185,25 @@ impl BudgetJob {
                 *probe = None;
             }
         }
-        Ok(found)
+        Ok(())
     }
 
-    /// Whether every budget was found.
+    /// The budgets found since the last call, in the order found.
+    pub fn take_found(&mut self) -> Vec<(Whose, Budget)> {
+        std::mem::take(&mut self.found)
+    }
+
+    /// Gives up `whose`'s search, under way or to come.
+    pub fn drop_whose(&mut self, whose: Whose) {
+        self.todo.retain(|&w| w != whose);
+        if self.current.as_ref().is_some_and(|c| c.0 == whose) {
+            self.current = None;
+        }
+    }
+
+    /// Whether every budget was found (or given up) and taken.
     pub fn is_done(&self) -> bool {
-        self.current.is_none() && self.todo.is_empty()
+        self.current.is_none() && self.todo.is_empty() && self.found.is_empty()
     }
 
     /// Where it is; `None` between searches.
@@ -247,7 +263,8 @@ mod tests {
         let (mut found, mut calls) = (Vec::new(), 0);
         while !job.is_done() {
             let before = job.progress();
-            found.extend(job.advance(1000).unwrap());
+            job.advance(1000).unwrap();
+            found.extend(job.take_found());
             calls += 1;
             // A slice takes at most its events: each replay of the trace
             // spans several calls.
@@ -255,7 +272,10 @@ mod tests {
                 && a.whose == b.whose
                 && a.replay == b.replay
             {
-                assert!(b.events.0 - a.events.0 <= 1000, "{a:?} → {b:?}");
+                assert!(
+                    b.events.0.saturating_sub(a.events.0) <= 1000,
+                    "{a:?} → {b:?}"
+                );
             }
         }
         assert!(calls > 3 * 14, "{calls} slices");
@@ -269,20 +289,59 @@ mod tests {
     #[test]
     fn a_replay_that_runs_out_stops_at_its_first_refusal() {
         let trace = sample("gpt_train");
+        let pytorch = Whose::Policy(POLICIES[1]);
+        // Where PyTorch's scheme is first refused under 1 × peak live.
+        let first_refusal = {
+            let config = Config {
+                limit: Some(Limit::Bytes(trace.peak_live)),
+                ..Config::pytorch()
+            };
+            let mut e = SimDevice::PAGE.engine(config).unwrap();
+            let mut r = Replayer::new(&trace);
+            while r.counts().ooms == 0 {
+                assert!(
+                    r.step(&mut EngineTarget::new(&mut e, TENSOR_USAGE))
+                        .unwrap_or(true)
+                );
+            }
+            r.position()
+        };
         let n = trace.events.len();
-        let mut job = BudgetJob::new(
-            Arc::new(trace),
-            SimDevice::PAGE,
-            &[Whose::Policy(POLICIES[1])],
-        );
+        assert!(first_refusal < n);
+        let mut job = BudgetJob::new(Arc::new(trace), SimDevice::PAGE, &[pytorch]);
         // 4 × fits: the whole trace, and the next replay (1 ×) is not begun.
-        assert!(job.advance(n).unwrap().is_empty());
-        assert_eq!(job.progress().unwrap().replay, 1);
-        // 1 × runs out before the end, and the bisection's first replay
-        // takes the rest of the slice.
         job.advance(n).unwrap();
+        assert_eq!(job.progress().unwrap().replay, 1);
+        // 1 ×: one event short of its first refusal, it goes on...
+        job.advance(first_refusal - 1).unwrap();
         let p = job.progress().unwrap();
-        assert_eq!(p.replay, 3, "{p:?}");
-        assert!(p.events.0 > 0, "{p:?}");
+        assert_eq!((p.replay, p.events.0), (2, first_refusal - 1));
+        // ...and at it, it is over: the bisection's first replay begins next.
+        job.advance(1).unwrap();
+        assert_eq!(job.progress().unwrap().events.0, 0, "replay 2 is over");
+        job.advance(1).unwrap();
+        let p = job.progress().unwrap();
+        assert_eq!((p.replay, p.events.0), (3, 1));
+        assert!(job.take_found().is_empty());
+    }
+
+    #[test]
+    fn a_search_given_up_leaves_the_others() {
+        let trace = Arc::new(sample("resnet_train"));
+        let whose = [Whose::Policy(POLICIES[0]), Whose::Expandable];
+        let mut job = BudgetJob::new(trace.clone(), SimDevice::PAGE, &whose);
+        job.advance(100).unwrap();
+        job.drop_whose(Whose::Expandable);
+        while !job.is_done() {
+            job.advance(1 << 20).unwrap();
+            for (w, _) in job.take_found() {
+                assert_eq!(w, whose[0]);
+            }
+        }
+        // Given up while under way: the job is over with nothing more.
+        let mut job = BudgetJob::new(trace, SimDevice::PAGE, &whose[1..]);
+        job.advance(100).unwrap();
+        job.drop_whose(Whose::Expandable);
+        assert!(job.is_done() && job.progress().is_none());
     }
 }

@@ -130,8 +130,9 @@ impl Moment {
 pub enum Seek {
     /// Both policies at the event.
     There(Box<Moment>),
-    /// On its way: re-simulating from the start, a slice per
-    /// [`Compare::resume_seek`]. The seek `id` is new: its driver starts.
+    /// On its way: re-simulating (from the start, or on from where the last
+    /// scrub left off), a slice per [`Compare::resume_seek`]. The seek `id`
+    /// is new: its driver starts.
     Started(u64),
     /// On its way, driven by the seek already under way (its target moved).
     Going,
@@ -433,15 +434,16 @@ impl Compare {
     /// Takes the search for the smallest budgets about `events` events of
     /// replays further; whether it goes on. Each budget is shown once found.
     pub fn advance_budgets(&mut self, events: usize) -> Result<bool, Error> {
+        let stopped = self.result.is_some() && self.expandable.is_none();
         let Some(job) = &mut self.budget_job else {
             return Ok(false);
         };
-        let found = job.advance(events);
-        let done = job.is_done();
-        if found.is_err() || done {
-            self.budget_job = None;
+        if stopped {
+            // Stopped before its end since the search began: no row to show it in.
+            job.drop_whose(Whose::Expandable);
         }
-        for (whose, budget) in found? {
+        let advanced = job.advance(events);
+        for (whose, budget) in job.take_found() {
             match whose {
                 Whose::Policy(p) => {
                     let lane = POLICIES
@@ -453,7 +455,11 @@ impl Compare {
                 Whose::Expandable => self.expandable_budget = Some(budget),
             }
         }
-        Ok(!done)
+        let done = job.is_done();
+        if advanced.is_err() || done {
+            self.budget_job = None;
+        }
+        advanced.map(|()| !done)
     }
 
     /// Where the search for the smallest budgets is, while one is under way.
@@ -725,6 +731,20 @@ mod tests {
         c.stop();
         c.find_budgets();
         while c.advance_budgets(1 << 20).unwrap() {}
+        assert!(c.budgets().iter().all(Option::is_some));
+        assert_eq!(c.expandable_budget(), None);
+        // Stopped after the search began: the same.
+        let mut c = Compare::new(sample("gpt_train"), SimDevice::PAGE, 1e9).unwrap();
+        c.advance(1000);
+        c.find_budgets();
+        assert!(c.advance_budgets(1000).unwrap());
+        c.stop();
+        while c.advance_budgets(1 << 20).unwrap() {
+            assert_ne!(
+                c.budget_progress().map(|p| p.whose),
+                Some(Whose::Expandable)
+            );
+        }
         assert!(c.budgets().iter().all(Option::is_some));
         assert_eq!(c.expandable_budget(), None);
     }
