@@ -634,6 +634,102 @@ fn storage_entry(binding: u32, read_only: bool) -> wgpu::BindGroupLayoutEntry {
 }
 
 #[test]
+fn a_block_used_in_a_way_its_buffer_was_not_made_for_is_an_error_not_a_panic() {
+    let pool = pool();
+    // A read_write storage block lives in a storage segment: no UNIFORM.
+    let data = pool
+        .alloc(AllocDesc::storage(256).read_write().label("data"))
+        .unwrap();
+    assert!(!data.buffer().usage().contains(U::UNIFORM));
+    let layout = pool
+        .device()
+        .create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+            label: None,
+            entries: &[wgpu::BindGroupLayoutEntry {
+                binding: 0,
+                visibility: wgpu::ShaderStages::COMPUTE,
+                ty: wgpu::BindingType::Buffer {
+                    ty: wgpu::BufferBindingType::Uniform,
+                    has_dynamic_offset: false,
+                    min_binding_size: None,
+                },
+                count: None,
+            }],
+        });
+    let e = pool
+        .create_bind_group(
+            None,
+            &layout,
+            &[(0, BlockUse::new(&data, BindingUse::Uniform))],
+        )
+        .unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
+    let msg = e.to_string();
+    assert!(
+        msg.starts_with("bind group entry 0: 'data' (used as var<uniform>)")
+            && msg.contains("without UNIFORM"),
+        "{msg}"
+    );
+    // Negative control: wgpu refuses the same entry (natively its
+    // uncaptured-error handler would panic).
+    let scope = pool
+        .device()
+        .push_error_scope(wgpu::ErrorFilter::Validation);
+    let _ = pool.device().create_bind_group(&wgpu::BindGroupDescriptor {
+        label: None,
+        layout: &layout,
+        entries: &[wgpu::BindGroupEntry {
+            binding: 0,
+            resource: data.binding(),
+        }],
+    });
+    assert!(pollster::block_on(scope.pop()).is_some());
+    // A readback block cannot be a copy's source, an upload block its destination.
+    let readback = pool.alloc(AllocDesc::readback(256).label("out")).unwrap();
+    let upload = pool.alloc(AllocDesc::upload(256).label("in")).unwrap();
+    let mut enc = pool.device().create_command_encoder(&Default::default());
+    for (src, dst, says) in [
+        (
+            &readback,
+            &data,
+            "the source block out of a copy is in a buffer",
+        ),
+        (
+            &data,
+            &upload,
+            "the destination block in of a copy is in a buffer",
+        ),
+    ] {
+        let e = pool
+            .copy_block_to_block(&mut enc, src, 0, dst, 0, 256)
+            .unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
+        assert!(e.to_string().starts_with(says), "{e}");
+    }
+    // The usual directions still copy.
+    assert!(
+        pool.copy_block_to_block(&mut enc, &data, 0, &readback, 0, 256)
+            .unwrap()
+            .is_none()
+    );
+    pool.submit([enc.finish()]);
+    // Negative control: wgpu refuses a copy out of the readback buffer.
+    let scope = pool
+        .device()
+        .push_error_scope(wgpu::ErrorFilter::Validation);
+    let mut enc = pool.device().create_command_encoder(&Default::default());
+    enc.copy_buffer_to_buffer(
+        readback.buffer(),
+        readback.offset(),
+        data.buffer(),
+        data.offset(),
+        256,
+    );
+    drop(enc.finish());
+    assert!(pollster::block_on(scope.pop()).is_some());
+}
+
+#[test]
 fn a_bind_group_entry_past_the_devices_binding_size_is_an_error_naming_it() {
     // A uniform block larger than the device binds: wgpu's create_bind_group
     // raises a validation error (the uncaptured-error handler panics); the

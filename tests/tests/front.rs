@@ -563,3 +563,19 @@ fn submitted_waits_for_a_submit_under_way() {
     });
     pool.check_invariants().unwrap();
 }
+
+#[test]
+fn formatting_the_pool_leaves_parked_blocks_parked() {
+    let pool = pool();
+    let desc = AllocDesc::storage(4096).read_write();
+    drop(pool.alloc(desc).unwrap());
+    pool.submitted();
+    // The block is parked in this thread's front cache: the engine still
+    // counts it allocated, and `{:?}` says what the engine says...
+    let shown = format!("{pool:?}");
+    assert!(shown.contains("allocated: 4096"), "{shown}");
+    // ...without handing it back: the next request is a front hit.
+    let again = pool.alloc(desc).unwrap();
+    assert_eq!(pool.stats().counters.front_hits, 1);
+    drop(again);
+}

@@ -179,7 +179,11 @@ impl<'a> AllocDesc<'a> {
     /// refuses the unmap with a panic the pool catches (the panic hook still
     /// prints it; with `panic = "abort"` it aborts), and the buffer serves
     /// nobody again, freed once the view is gone. Dropped with a map
-    /// pending, the map is aborted and its callback runs at the drop.
+    /// pending, the map is aborted and its callback runs at the drop. A map
+    /// an encoder will start at its submit (`map_buffer_on_submit`) is not
+    /// pending yet: keep the handle until that map's callback has run, or
+    /// the buffer is mapped when the block serves its next owner, whose
+    /// copies into it wgpu then refuses.
     pub fn readback(size: u64) -> Self {
         Self::new(size, U::MAP_READ | U::COPY_DST)
     }

@@ -64,6 +64,14 @@ pub struct BufferBlock {
 
 impl BufferBlock {
     /// The segment's buffer; the block is `offset()..offset() + size()` of it.
+    ///
+    /// Neither a clone of this buffer nor a bind group made from the block
+    /// ([`BufferBlock::binding`], [`Pool::create_bind_group`](crate::Pool::create_bind_group))
+    /// keeps the block: once its last handle is dropped (and, with
+    /// [`Reuse::AfterSubmit`](crate::Reuse::AfterSubmit), the pool learns of
+    /// a submit after it), its bytes serve the next owner, and a bind group
+    /// kept from before reads or writes that owner's data. A bind group made
+    /// once and used every frame needs its blocks' handles kept as long.
     pub fn buffer(&self) -> &wgpu::Buffer {
         &self.buffer
     }
@@ -103,7 +111,8 @@ impl BufferBlock {
     pub fn buffer_binding(&self) -> wgpu::BufferBinding<'_> {
         binding_of(&self.buffer, self.offset, self.size)
     }
-    /// A `BindingResource` of the range, for a bind group entry.
+    /// A `BindingResource` of the range, for a bind group entry. The bind
+    /// group does not keep the block (see [`BufferBlock::buffer`]).
     pub fn binding(&self) -> wgpu::BindingResource<'_> {
         wgpu::BindingResource::Buffer(self.buffer_binding())
     }

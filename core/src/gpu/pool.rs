@@ -55,7 +55,8 @@ pub struct PoolOptions {
     /// choose which block a front hit gets, so placements (and reserved
     /// bytes) can differ slightly from an engine replay of the same events,
     /// and with several threads a peak of allocated bytes may count blocks
-    /// other threads had parked (at most 64 per thread). Off, every
+    /// other threads had parked (at most 64 per shard of the front cache;
+    /// threads share 4 to 64 shards, by the machine's cores). Off, every
     /// allocation and free goes through the engine, one lock at a time. On
     /// by default; off, whatever this says, while the pool records, follows
     /// a plan or has a cache limit ([`Pool::set_cache_limit`]).
@@ -103,7 +104,9 @@ pub enum Reuse {
     /// never reused, they show in `stats()` and `memory_summary()` as pending,
     /// and `empty_cache` and the out-of-memory ladder release segments that
     /// hold nothing else (wgpu keeps such a buffer alive for commands that
-    /// still use it, and frees it after them).
+    /// still use it, and frees it after them). A submit the pool learns of,
+    /// from any thread, covers every drop before it: with several threads
+    /// submitting their own encoders, see [`Pool::submit`].
     #[default]
     AfterSubmit,
     /// A dropped block is reused at once, as PyTorch's allocator does on one
@@ -867,15 +870,21 @@ impl Pool {
 
     /// Submits `command_buffers` on the pool's queue, then makes the blocks
     /// dropped before this call reusable: their recorded work is now ahead, in
-    /// queue order, of anything a next owner does. (A block another thread
-    /// dropped into its front cache after that thread's own last submit may
-    /// wait for a later submit, which costs memory for a while, never bytes;
-    /// a thread that never submitted stamps its drops at once, and this call
-    /// makes them reusable. The rule below is what keeps bytes safe.) Use it instead of
+    /// queue order, of anything a next owner does. Use it instead of
     /// `queue.submit` (with [`Reuse::AfterSubmit`], the default). Every
     /// encoder that recorded work on blocks dropped since the last submit must
     /// be among `command_buffers` or submitted before; an encoder kept
     /// unsubmitted across this call must not use blocks that are dropped.
+    ///
+    /// The rule is the pool's, not a thread's: this call, from any thread,
+    /// declares every encoder that used a block dropped before it submitted.
+    /// Threads that each record and submit their own encoders must not drop
+    /// a block that an encoder of theirs still to be submitted uses while
+    /// another thread may submit: keep the handle until their own submit
+    /// (the pool then learns of it), submit from one thread, or give each
+    /// such thread a pool of its own. (Some of those drops wait for a later
+    /// submit anyway, parked unstamped in a front-cache shard whose threads
+    /// submit; that costs memory for a while and is not to be relied on.)
     ///
     /// ```
     /// # let (device, queue) = vrampool::example_device()?;
@@ -926,7 +935,7 @@ impl Pool {
 
     /// Tells the pool that every command buffer recorded so far has been
     /// submitted (or dropped): blocks dropped before this call become
-    /// reusable. For code that calls `queue.submit` itself; with several
+    /// reusable (a few may wait for a later call; see [`Pool::submit`]). For code that calls `queue.submit` itself; with several
     /// threads, every thread's command buffers recorded before the call must
     /// be submitted, as from one thread. It takes no pool-wide lock: two
     /// atomic operations under the lock of the calling thread's front-cache
@@ -1435,12 +1444,22 @@ impl Pool {
     }
 }
 
+/// The engine's figures as they stand, without taking back the blocks the
+/// front cache parked (formatting has no side effects; parked blocks count
+/// as allocated until the engine has them back, unlike in
+/// [`Pool::stats`]). Inside one of wgpu's callbacks during the pool's own
+/// work, where the pool's lock cannot be taken, the figures are left out.
 impl std::fmt::Debug for Pool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let s = self.stats();
-        f.debug_struct("Pool")
-            .field("allocated", &s.total.allocated_bytes.current)
-            .field("reserved", &s.total.reserved_bytes.current)
-            .finish()
+        let mut d = f.debug_struct("Pool");
+        match self.inner.engine_if_safe() {
+            Some(engine) => {
+                let s = engine.stats();
+                d.field("allocated", &s.total.allocated_bytes.current)
+                    .field("reserved", &s.total.reserved_bytes.current)
+                    .finish()
+            }
+            None => d.finish_non_exhaustive(),
+        }
     }
 }

@@ -209,7 +209,13 @@ impl Pool {
     /// entries is an error naming the blocks, not wgpu's panic. Each entry is
     /// `(binding, block use)`, the use being what the layout declares
     /// (uniform, storage read or storage read-write). Blocks from other bind
-    /// groups of the same pass are checked with `check_usage_scope`.
+    /// groups of the same pass are checked with `check_usage_scope`. An
+    /// entry whose block's buffer lacks the use (UNIFORM for a uniform,
+    /// STORAGE for storage; a `.read_write()` block's segment has no
+    /// UNIFORM), or larger than the device binds, is an
+    /// [`Error::InvalidArgument`] naming it, where wgpu would raise a
+    /// validation error. The bind group does not keep its blocks: keep their
+    /// handles while it is used (see [`BufferBlock::buffer`]).
     ///
     /// ```
     /// # let (device, queue) = vrampool::example_device()?;
@@ -252,6 +258,18 @@ impl Pool {
                 "bind group entry {n}: {} is not a binding; bind groups hold uniform and storage buffers",
                 u.name()
             )));
+        }
+        for (n, u) in entries {
+            let needs = match u.used {
+                BindingUse::Uniform => wgpu::BufferUsages::UNIFORM,
+                _ => wgpu::BufferUsages::STORAGE,
+            };
+            if let Some(why) = lacks(u.block, needs) {
+                return Err(Error::InvalidArgument(format!(
+                    "bind group entry {n}: {} {why}",
+                    u.name()
+                )));
+            }
         }
         let limits = self.device().limits();
         for (n, u) in entries {
@@ -301,8 +319,10 @@ impl Pool {
     /// learns of; with [`Reuse::Immediate`], once `encoder` is submitted).
     /// Overlapping ranges of one block copy as `memmove` does. Offsets and
     /// size are multiples of 4 (`wgpu::COPY_BUFFER_ALIGNMENT`) inside the
-    /// blocks, or an error says which is not. In the browser, where nothing
-    /// may block, [`Pool::copy_block_to_block_async`].
+    /// blocks, or an error says which is not; so does a source whose buffer
+    /// lacks COPY_SRC (a readback block) or a destination that lacks COPY_DST
+    /// (an upload block). In the browser, where nothing may block,
+    /// [`Pool::copy_block_to_block_async`].
     ///
     /// [`Reuse::AfterSubmit`]: crate::Reuse::AfterSubmit
     /// [`Reuse::Immediate`]: crate::Reuse::Immediate
@@ -363,6 +383,30 @@ impl Pool {
     }
 }
 
+/// Why `block` cannot be used in a way that needs `needs`, if it cannot:
+/// its buffer lacks the usage, and wgpu would refuse the bind group or copy
+/// with a validation error (natively, a panic). Segments hold the usage their
+/// pool was made for: the request's, or with `PoolOptions::widen_usage` the
+/// widest its sharing allows (a `.read_write()` block's has no UNIFORM, a
+/// readback block's no COPY_SRC).
+fn lacks(block: &BufferBlock, needs: wgpu::BufferUsages) -> Option<String> {
+    let has = block.buffer().usage();
+    let names = |u: wgpu::BufferUsages| {
+        u.iter_names()
+            .map(|(n, _)| n)
+            .collect::<Vec<_>>()
+            .join(" | ")
+    };
+    (!has.contains(needs)).then(|| {
+        let needs = names(needs);
+        format!(
+            "is in a buffer of usage {}, without {needs}: allocate it with a usage that \
+             includes {needs} (its AllocDesc), or use a block allocated for that use",
+            names(has)
+        )
+    })
+}
+
 /// The buffers and offsets of a copy between two blocks, checked.
 struct Ranges<'a> {
     src: &'a wgpu::Buffer,
@@ -385,6 +429,15 @@ impl<'a> Ranges<'a> {
             ("destination", dst, dst_offset),
         ] {
             let name = block.label().unwrap_or("(unlabelled)");
+            let needs = match what {
+                "source" => wgpu::BufferUsages::COPY_SRC,
+                _ => wgpu::BufferUsages::COPY_DST,
+            };
+            if let Some(why) = lacks(block, needs) {
+                return Err(Error::InvalidArgument(format!(
+                    "the {what} block {name} of a copy {why}"
+                )));
+            }
             if offset
                 .checked_add(size)
                 .is_none_or(|end| end > block.size())
