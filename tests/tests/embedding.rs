@@ -1347,3 +1347,59 @@ fn owners_sharing_a_segment_fitted_to_wgpus_blocks_bind_and_keep_their_bytes() {
     );
     pool.check_invariants().unwrap();
 }
+
+/// Thread B records a write into a block and drops it, its encoder not yet
+/// submitted; thread A then submits its own work. The pool's rule is
+/// pool-wide, so A's submit makes B's block reusable (the control, without
+/// `used_in`: A's next block gets B's bytes, and B's clear, submitted after
+/// A's writes, would wipe them). `used_in` keeps the block for B's encoder
+/// until its work is done, or until it is dropped unsubmitted.
+#[test]
+fn a_block_used_in_an_encoder_outlives_another_threads_submit() {
+    let pool = pool();
+    let desc = AllocDesc::storage(4096).read_write();
+    let place = |b: &PoolBuffer| (b.buffer().clone(), b.offset());
+    let allocated = |pool: &Pool| pool.stats().total.allocated_bytes.current;
+    for keep in [false, true] {
+        let x = pool.alloc(desc).unwrap();
+        let at = place(&x);
+        let mut b_encoder = pool.device().create_command_encoder(&Default::default());
+        b_encoder.clear_buffer(x.buffer(), x.offset(), Some(x.size()));
+        if keep {
+            x.used_in(&b_encoder);
+        }
+        drop(x);
+        pool.submit([]); // A's submit
+        let y = pool.alloc(desc).unwrap();
+        assert_eq!(place(&y) == at, !keep, "keep {keep}");
+        if !keep {
+            // The hazard: B's clear would run after A's writes to y.
+            drop(b_encoder);
+            drop(y);
+            pool.submit([]);
+            continue;
+        }
+        assert_eq!(allocated(&pool), 2 * 4096, "x is still the encoder's");
+        // A writes y and B submits: y keeps A's bytes, and x goes back once
+        // B's work is done.
+        pool.queue()
+            .write_buffer(y.buffer(), y.offset(), &[7u8; 4096]);
+        pool.submit([b_encoder.finish()]);
+        pool.device()
+            .poll(wgpu::PollType::wait_indefinitely())
+            .unwrap();
+        assert_eq!(allocated(&pool), 4096);
+        assert_eq!(read_back(&pool, &y), vec![7u8; 4096]);
+        drop(y);
+    }
+    // An encoder dropped unsubmitted lets its blocks go at once.
+    let z = pool.alloc(desc).unwrap();
+    let encoder = pool.device().create_command_encoder(&Default::default());
+    z.used_in(&encoder);
+    drop(z);
+    assert_eq!(allocated(&pool), 4096);
+    drop(encoder);
+    assert_eq!(allocated(&pool), 0);
+    pool.submit([]);
+    pool.check_invariants().unwrap();
+}

@@ -232,6 +232,45 @@ impl PoolBuffer {
     pub fn downgrade(&self) -> WeakBuffer {
         WeakBuffer(Arc::downgrade(self.block()))
     }
+
+    /// Keeps the block for `encoder`, whose commands use it: the block is
+    /// not freed before `encoder`'s work is done on the GPU (or `encoder` is
+    /// dropped unsubmitted), whatever handles are dropped meanwhile: a handle
+    /// kept in the encoder's `on_submitted_work_done` callback. PyTorch's
+    /// `record_stream`, for WebGPU's encoders.
+    ///
+    /// The pool's own rule ([`Reuse::AfterSubmit`](crate::Reuse::AfterSubmit))
+    /// is pool-wide: a submit it learns of, from any thread, makes every
+    /// block dropped before it reusable. Where several threads record and
+    /// submit their own encoders, a thread that drops a block its encoder
+    /// still to be submitted uses can lose the block's bytes to another
+    /// thread's submit; this keeps them. It holds the block longer than the
+    /// submit would (until the work is done, and then, with `AfterSubmit`,
+    /// until the next submit the pool learns of), and the callback runs only
+    /// when something polls the device or submits. Not in wasm builds: the
+    /// browser runs the pool on one thread.
+    ///
+    /// ```
+    /// # let (device, queue) = vrampool::example_device()?;
+    /// use vrampool::{AllocDesc, Pool, PoolOptions};
+    /// let pool = Pool::new(device, queue, PoolOptions::default())?;
+    /// let mut encoder = pool.device().create_command_encoder(&Default::default());
+    /// let tmp = pool.alloc(AllocDesc::storage(1 << 20).read_write())?;
+    /// encoder.clear_buffer(tmp.buffer(), tmp.offset(), Some(tmp.size()));
+    /// tmp.used_in(&encoder);
+    /// drop(tmp); // kept for the encoder
+    /// pool.submit([]); // another thread's submit: the block stays the encoder's
+    /// assert_eq!(pool.stats().total.allocated_bytes.current, 1 << 20);
+    /// pool.submit([encoder.finish()]);
+    /// pool.device().poll(wgpu::PollType::wait_indefinitely())?;
+    /// assert_eq!(pool.stats().total.allocated_bytes.current, 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn used_in(&self, encoder: &wgpu::CommandEncoder) {
+        let kept = self.clone();
+        encoder.on_submitted_work_done(move || drop(kept));
+    }
 }
 
 impl std::ops::Deref for PoolBuffer {

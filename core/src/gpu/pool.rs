@@ -880,9 +880,10 @@ impl Pool {
     /// declares every encoder that used a block dropped before it submitted.
     /// Threads that each record and submit their own encoders must not drop
     /// a block that an encoder of theirs still to be submitted uses while
-    /// another thread may submit: keep the handle until their own submit
-    /// (the pool then learns of it), submit from one thread, or give each
-    /// such thread a pool of its own. (Some of those drops wait for a later
+    /// another thread may submit: call [`PoolBuffer::used_in`] with that
+    /// encoder before the drop (the block is kept until the encoder's work
+    /// is done), keep the handle until their own submit, submit from one
+    /// thread, or give each such thread a pool of its own. (Some of those drops wait for a later
     /// submit anyway, parked unstamped in a front-cache shard whose threads
     /// submit; that costs memory for a while and is not to be relied on.)
     ///
