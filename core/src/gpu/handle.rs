@@ -244,11 +244,16 @@ impl PoolBuffer {
     /// block dropped before it reusable. Where several threads record and
     /// submit their own encoders, a thread that drops a block its encoder
     /// still to be submitted uses can lose the block's bytes to another
-    /// thread's submit; this keeps them. It holds the block longer than the
-    /// submit would (until the work is done, and then, with `AfterSubmit`,
-    /// until the next submit the pool learns of), and the callback runs only
-    /// when something polls the device or submits. Not in wasm builds: the
-    /// browser runs the pool on one thread.
+    /// thread's submit; this keeps them. With [`Reuse::Immediate`](crate::Reuse::Immediate)
+    /// it makes a drop before the submit safe too.
+    ///
+    /// What it costs: the block stays live, not pending, until the work is
+    /// done (and then, with `AfterSubmit`, until the next submit the pool
+    /// learns of), so it counts as allocated, and `empty_cache` and the
+    /// out-of-memory ladder cannot release its segment meanwhile; the
+    /// callback runs only when something polls the device or submits; a
+    /// pool dropped before it runs reports the block as a leak. Not in wasm
+    /// builds: the browser runs the pool on one thread.
     ///
     /// ```
     /// # let (device, queue) = vrampool::example_device()?;

@@ -112,7 +112,8 @@ pub enum Reuse {
     /// A dropped block is reused at once, as PyTorch's allocator does on one
     /// stream. Correct only when every command using a block is submitted
     /// before the block is dropped (each operation submitted as it is made,
-    /// as cubecl's stream does); otherwise a later owner's `write_buffer` or
+    /// as cubecl's stream does), or the block was kept for its encoder
+    /// ([`PoolBuffer::used_in`]); otherwise a later owner's `write_buffer` or
     /// zeroing can reach a recorded command first.
     Immediate,
 }
@@ -882,8 +883,8 @@ impl Pool {
     /// a block that an encoder of theirs still to be submitted uses while
     /// another thread may submit: call [`PoolBuffer::used_in`] with that
     /// encoder before the drop (the block is kept until the encoder's work
-    /// is done), keep the handle until their own submit, submit from one
-    /// thread, or give each such thread a pool of its own. (Some of those drops wait for a later
+    /// is done), keep the handle until their own submit, record, drop and
+    /// submit on one thread, or give each such thread a pool of its own. (Some of those drops wait for a later
     /// submit anyway, parked unstamped in a front-cache shard whose threads
     /// submit; that costs memory for a while and is not to be relied on.)
     ///
@@ -1446,9 +1447,9 @@ impl Pool {
 }
 
 /// The engine's figures as they stand, without taking back the blocks the
-/// front cache parked (formatting has no side effects; parked blocks count
-/// as allocated until the engine has them back, unlike in
-/// [`Pool::stats`]). Inside one of wgpu's callbacks during the pool's own
+/// front cache parked (parked blocks count as allocated until the engine has
+/// them back, unlike in [`Pool::stats`]; taking the lock may still apply
+/// frees other calls queued for it). Inside one of wgpu's callbacks during the pool's own
 /// work, where the pool's lock cannot be taken, the figures are left out.
 impl std::fmt::Debug for Pool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

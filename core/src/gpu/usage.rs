@@ -33,6 +33,20 @@ pub enum BindingUse {
 }
 
 impl BindingUse {
+    /// The buffer usage wgpu requires of a buffer used so.
+    fn needs(self) -> wgpu::BufferUsages {
+        use wgpu::BufferUsages as U;
+        match self {
+            BindingUse::Uniform => U::UNIFORM,
+            BindingUse::StorageRead | BindingUse::StorageReadWrite => U::STORAGE,
+            BindingUse::Vertex => U::VERTEX,
+            BindingUse::Index => U::INDEX,
+            BindingUse::Indirect => U::INDIRECT,
+            BindingUse::CopySrc => U::COPY_SRC,
+            BindingUse::CopyDst => U::COPY_DST,
+        }
+    }
+
     /// Whether the use writes (wgpu's exclusive uses).
     fn writes(self) -> bool {
         matches!(self, BindingUse::StorageReadWrite | BindingUse::CopyDst)
@@ -101,7 +115,9 @@ impl Pool {
     /// not have one buffer as source and destination. Blocks that follow
     /// their [`Access`](crate::Access) never conflict; a pass that breaks a
     /// declaration gets an [`Error::UsageConflict`] naming both blocks, their
-    /// buffer and the fix. Pure: nothing changes.
+    /// buffer and the fix. A block whose buffer lacks a use (a `.read_write()`
+    /// block as a uniform, a readback block as a copy's source) is an
+    /// [`Error::InvalidArgument`] naming it. Pure: nothing changes.
     ///
     /// ```
     /// # let (device, queue) = vrampool::example_device()?;
@@ -128,6 +144,12 @@ impl Pool {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn check_usage_scope(&self, uses: &[BlockUse<'_>]) -> Result<()> {
+        if let Some((u, why)) = uses
+            .iter()
+            .find_map(|u| lacks(u.block, u.used).map(|why| (u, why)))
+        {
+            return Err(Error::InvalidArgument(format!("{} {why}", u.name())));
+        }
         for (i, a) in uses.iter().enumerate() {
             for b in &uses[i + 1..] {
                 if a.block.buffer() != b.block.buffer() {
@@ -260,11 +282,7 @@ impl Pool {
             )));
         }
         for (n, u) in entries {
-            let needs = match u.used {
-                BindingUse::Uniform => wgpu::BufferUsages::UNIFORM,
-                _ => wgpu::BufferUsages::STORAGE,
-            };
-            if let Some(why) = lacks(u.block, needs) {
+            if let Some(why) = lacks(u.block, u.used) {
                 return Err(Error::InvalidArgument(format!(
                     "bind group entry {n}: {} {why}",
                     u.name()
@@ -383,28 +401,42 @@ impl Pool {
     }
 }
 
-/// Why `block` cannot be used in a way that needs `needs`, if it cannot:
-/// its buffer lacks the usage, and wgpu would refuse the bind group or copy
-/// with a validation error (natively, a panic). Segments hold the usage their
-/// pool was made for: the request's, or with `PoolOptions::widen_usage` the
-/// widest its sharing allows (a `.read_write()` block's has no UNIFORM, a
-/// readback block's no COPY_SRC).
-fn lacks(block: &BufferBlock, needs: wgpu::BufferUsages) -> Option<String> {
-    let has = block.buffer().usage();
-    let names = |u: wgpu::BufferUsages| {
+/// Why `block` cannot be `used`, if it cannot: its buffer lacks the usage,
+/// and wgpu would refuse the bind group, pass or copy with a validation
+/// error (natively, a panic). Segments hold the usage their pool was made
+/// for: the request's, or with `PoolOptions::widen_usage` the widest its
+/// sharing allows; the advice says what to allocate instead.
+fn lacks(block: &BufferBlock, used: BindingUse) -> Option<String> {
+    use wgpu::BufferUsages as U;
+    let (has, needs) = (block.buffer().usage(), used.needs());
+    if has.contains(needs) {
+        return None;
+    }
+    let names = |u: U| {
         u.iter_names()
             .map(|(n, _)| n)
             .collect::<Vec<_>>()
             .join(" | ")
     };
-    (!has.contains(needs)).then(|| {
-        let needs = names(needs);
+    let fix = if has.intersects(U::MAP_READ | U::MAP_WRITE) {
+        "a staging block is only a copy's destination (readback) or source (upload): copy \
+         its bytes through a block allocated for this use"
+            .to_string()
+    } else if block.sharing() == Sharing::ReadWrite {
+        "a .read_write() block's segment holds storage only: allocate a block for this use \
+         (e.g. AllocDesc::uniform), or this one with .read_only() or Access::Any"
+            .to_string()
+    } else {
         format!(
-            "is in a buffer of usage {}, without {needs}: allocate it with a usage that \
-             includes {needs} (its AllocDesc), or use a block allocated for that use",
-            names(has)
+            "allocate it with a usage that includes {} (its AllocDesc)",
+            names(needs)
         )
-    })
+    };
+    Some(format!(
+        "is in a buffer of usage {}, without {}: {fix}",
+        names(has),
+        names(needs)
+    ))
 }
 
 /// The buffers and offsets of a copy between two blocks, checked.
@@ -424,16 +456,12 @@ impl<'a> Ranges<'a> {
         dst_offset: u64,
         size: u64,
     ) -> Result<Ranges<'a>> {
-        for (what, block, offset) in [
-            ("source", src, src_offset),
-            ("destination", dst, dst_offset),
+        for (what, block, offset, used) in [
+            ("source", src, src_offset, BindingUse::CopySrc),
+            ("destination", dst, dst_offset, BindingUse::CopyDst),
         ] {
             let name = block.label().unwrap_or("(unlabelled)");
-            let needs = match what {
-                "source" => wgpu::BufferUsages::COPY_SRC,
-                _ => wgpu::BufferUsages::COPY_DST,
-            };
-            if let Some(why) = lacks(block, needs) {
+            if let Some(why) = lacks(block, used) {
                 return Err(Error::InvalidArgument(format!(
                     "the {what} block {name} of a copy {why}"
                 )));

@@ -7,6 +7,9 @@
 //! event is replayed; the smallest budgets on request), and `#scrub`, which
 //! takes both segment maps and the figures back to any event.
 
+use std::ops::ControlFlow;
+use std::sync::Arc;
+
 use leptos::prelude::*;
 use leptos::task::spawn_local;
 use vrampool::{Trace, fmt_bytes};
@@ -198,31 +201,53 @@ pub fn scrub_to(page: Page, at: Option<usize>) {
     }
 }
 
-/// Takes seek `seek` of comparison `id` to its event a slice at a time,
-/// then shows both policies there; stops if the seek is called off (a scrub
-/// to the end, a new comparison).
-async fn drive_seek(page: Page, id: u64, seek: u64) {
+/// Runs `step` on comparison `id` a slice at a time: yields to the browser,
+/// then calls it until it breaks or [`WORK_PER_SLICE_S`] has passed, and
+/// again, until it breaks with its result; `None` once the comparison is
+/// gone (another replaced it).
+async fn in_slices<R>(
+    page: Page,
+    id: u64,
+    mut step: impl FnMut(&mut Compare) -> ControlFlow<R>,
+) -> Option<R> {
     loop {
         sleep(std::time::Duration::ZERO).await;
         let began = now_s();
-        let got = page.with_compare(|c| {
+        let slice = page.with_compare(|c| {
             loop {
-                if c.id() != id || c.seeking() != Some(seek) {
+                if c.id() != id {
                     return None;
                 }
-                if let Some(m) = c.resume_seek(MAPS_SHOWN, EVENTS_PER_SLICE) {
-                    return Some(Some(m));
+                if let ControlFlow::Break(r) = step(c) {
+                    return Some(Some(r));
                 }
                 if now_s() - began > WORK_PER_SLICE_S {
                     return Some(None);
                 }
             }
         });
-        match got.flatten() {
-            Some(Some(m)) => return page.moment.set(m),
-            Some(None) => {}
-            None => return,
+        if let Some(r) = slice.flatten()? {
+            return Some(r);
         }
+    }
+}
+
+/// Takes seek `seek` of comparison `id` to its event a slice at a time,
+/// then shows both policies there; stops if the seek is called off (a scrub
+/// to the end, a new comparison).
+async fn drive_seek(page: Page, id: u64, seek: u64) {
+    let there = in_slices(page, id, |c| {
+        if c.seeking() != Some(seek) {
+            return ControlFlow::Break(None);
+        }
+        match c.resume_seek(MAPS_SHOWN, EVENTS_PER_SLICE) {
+            Some(m) => ControlFlow::Break(Some(m)),
+            None => ControlFlow::Continue(()),
+        }
+    })
+    .await;
+    if let Some(m) = there.flatten() {
+        page.moment.set(m);
     }
 }
 
@@ -253,9 +278,8 @@ async fn run_compare(page: Page, id: u64) {
 }
 
 /// Finds the smallest budgets for comparison `id` (both policies', then
-/// PyTorch with `expandable_segments`'), a slice of replays at a time: about
-/// [`WORK_PER_SLICE_S`] of work, then the page draws. Each budget shows
-/// once found.
+/// PyTorch with `expandable_segments`'), a slice of replays at a time
+/// ([`in_slices`]). Each budget shows once found.
 async fn find_budgets(page: Page, id: u64, busy: RwSignal<bool>) {
     busy.set(true);
     page.with_compare(|c| {
@@ -263,27 +287,14 @@ async fn find_budgets(page: Page, id: u64, busy: RwSignal<bool>) {
             c.find_budgets();
         }
     });
-    loop {
-        sleep(std::time::Duration::ZERO).await;
-        let began = now_s();
-        let going = page.with_compare(|c| {
-            loop {
-                if c.id() != id || !c.advance_budgets(EVENTS_PER_SLICE)? {
-                    return Ok::<_, vrampool::Error>(false);
-                }
-                if now_s() - began > WORK_PER_SLICE_S {
-                    return Ok(true);
-                }
-            }
-        });
-        match going {
-            Some(Ok(true)) => {}
-            Some(Err(e)) => {
-                page.fail(format!("cannot bisect a budget: {e}"));
-                break;
-            }
-            Some(Ok(false)) | None => break,
-        }
+    let ended = in_slices(page, id, |c| match c.advance_budgets(EVENTS_PER_SLICE) {
+        Ok(true) => ControlFlow::Continue(()),
+        Ok(false) => ControlFlow::Break(Ok(())),
+        Err(e) => ControlFlow::Break(Err(e)),
+    })
+    .await;
+    if let Some(Err(e)) = ended {
+        page.fail(format!("cannot bisect a budget: {e}"));
     }
     busy.set(false);
 }
@@ -305,7 +316,7 @@ fn searching(p: Option<JobProgress>) -> String {
 }
 
 /// The trace picked in `#compare-source`.
-async fn load(page: Page, source: &str) -> Result<Trace, String> {
+async fn load(page: Page, source: &str) -> Result<Arc<Trace>, String> {
     match source {
         "upload" => page
             .uploaded
@@ -315,15 +326,19 @@ async fn load(page: Page, source: &str) -> Result<Trace, String> {
             let csv = page
                 .with_model(|m| m.recording_csv().0.to_string())
                 .ok_or("the page has no pool yet")?;
-            Trace::parse("page recording", csv.as_bytes()).map_err(|e| {
-                format!(
-                    "the page's recording cannot be replayed yet ({e}): allocate something first"
-                )
-            })
+            Trace::parse("page recording", csv.as_bytes())
+                .map(Arc::new)
+                .map_err(|e| {
+                    format!(
+                        "the page's recording cannot be replayed yet ({e}): allocate something first"
+                    )
+                })
         }
         name => {
             let bytes = fetch_bytes(&format!("samples/{name}.csv.gz")).await?;
-            Trace::from_bytes(name, &bytes).map_err(|e| e.to_string())
+            Trace::from_bytes(name, &bytes)
+                .map(Arc::new)
+                .map_err(|e| e.to_string())
         }
     }
 }

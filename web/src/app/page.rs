@@ -5,6 +5,7 @@
 //! clock and a sleep for those tasks.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::Duration;
 
 use leptos::prelude::*;
@@ -70,8 +71,9 @@ pub struct Page {
     /// Both policies at that event (the tick at 5 Hz while following, the
     /// scrubber as it moves).
     pub moment: RwSignal<Moment>,
-    /// The last trace the person uploaded (to compare it too).
-    pub uploaded: RwSignal<Option<Trace>>,
+    /// The last trace the person uploaded (to compare it too), shared by
+    /// every replay of it: an upload of millions of events is not copied.
+    pub uploaded: RwSignal<Option<Arc<Trace>>>,
     /// Events in the page's own recording, as of the last look.
     pub recorded: RwSignal<u64>,
 }

@@ -4,6 +4,8 @@
 //! ends with, beside PyTorch's scheme on the same trace (checked by the
 //! end-to-end test against the harness).
 
+use std::sync::Arc;
+
 use leptos::prelude::*;
 use leptos::task::spawn_local;
 use vrampool::{Trace, fmt_bytes};
@@ -115,7 +117,7 @@ pub fn ReplayPanel() -> impl IntoView {
     let speed = RwSignal::new("10000".to_string());
     let trace_error = RwSignal::new(None::<String>);
 
-    let start = move |trace: Trace| {
+    let start = move |trace: Arc<Trace>| {
         let speed = match parse_speed(&speed.get_untracked()) {
             Ok(speed) => speed,
             Err(e) => return trace_error.set(Some(e)),
@@ -141,7 +143,7 @@ pub fn ReplayPanel() -> impl IntoView {
                 .await
                 .and_then(|bytes| Trace::from_bytes(&name, &bytes).map_err(|e| e.to_string()));
             match trace {
-                Ok(t) => start(t),
+                Ok(t) => start(Arc::new(t)),
                 Err(e) => trace_error.set(Some(e)),
             }
         });
@@ -173,6 +175,7 @@ pub fn ReplayPanel() -> impl IntoView {
             };
             match Trace::from_bytes_at_most(&name, &bytes, MAX_UPLOAD_ROWS) {
                 Ok(t) => {
+                    let t = Arc::new(t);
                     page.uploaded.set(Some(t.clone()));
                     start(t);
                 }

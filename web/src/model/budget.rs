@@ -221,13 +221,22 @@ impl BudgetJob {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::model::lockstep::tests::sample;
     use vrampool::trace::smallest_budget;
     use vrampool::{Config, replay};
 
     use crate::model::POLICIES;
+
+    /// PyTorch with `expandable_segments` over the whole of `trace` on the
+    /// page's device under `limit`: its refusals and device allocations.
+    pub(crate) fn expandable_at(trace: &Trace, limit: u64) -> (u64, u64) {
+        let mut vm = Expandable::new(SimDevice::PAGE.capacity, Some(limit));
+        let mut r = Replayer::new(trace);
+        while r.step(&mut vm).unwrap_or(true) {}
+        (r.counts().ooms, vm.stats().device_allocs)
+    }
 
     /// Core's search over whole replays, as the harness's `--min-budget` runs it.
     fn whole(trace: &Trace, whose: Whose) -> Budget {
@@ -242,10 +251,8 @@ mod tests {
                 Ok::<_, Error>((r.ooms == 0, r.device_allocs))
             }
             Whose::Expandable => {
-                let mut vm = Expandable::new(SimDevice::PAGE.capacity, Some(limit));
-                let mut r = Replayer::new(trace);
-                while r.step(&mut vm).unwrap_or(true) {}
-                Ok((r.counts().ooms == 0, vm.stats().device_allocs))
+                let (ooms, allocs) = expandable_at(trace, limit);
+                Ok((ooms == 0, allocs))
             }
         })
         .unwrap()

@@ -423,7 +423,7 @@ impl Compare {
         if self.budget_job.is_some() {
             return;
         }
-        let stopped = self.result.is_some() && self.expandable.is_none();
+        let stopped = self.stopped_early();
         let mut whose = vec![Whose::Policy(POLICIES[0]), Whose::Policy(POLICIES[1])];
         if !stopped {
             whose.push(Whose::Expandable);
@@ -434,7 +434,7 @@ impl Compare {
     /// Takes the search for the smallest budgets about `events` events of
     /// replays further; whether it goes on. Each budget is shown once found.
     pub fn advance_budgets(&mut self, events: usize) -> Result<bool, Error> {
-        let stopped = self.result.is_some() && self.expandable.is_none();
+        let stopped = self.stopped_early();
         let Some(job) = &mut self.budget_job else {
             return Ok(false);
         };
@@ -460,6 +460,12 @@ impl Compare {
             self.budget_job = None;
         }
         advanced.map(|()| !done)
+    }
+
+    /// Stopped before its last event (its figures are those so far, and
+    /// PyTorch with `expandable_segments` has no row).
+    fn stopped_early(&self) -> bool {
+        self.result.is_some() && self.expandable.is_none()
     }
 
     /// Where the search for the smallest budgets is, while one is under way.
@@ -498,6 +504,7 @@ fn lane_of(vm: &Expandable, counts: ReplayCounts, peak_live: u64) -> LaneFigures
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::budget::tests::expandable_at;
     use crate::model::lockstep::TENSOR_USAGE;
     use crate::model::lockstep::tests::sample;
     use vrampool::{Config, Limit, replay};
@@ -711,15 +718,7 @@ mod tests {
         }
         // PyTorch with expandable_segments: fits there, not a step below.
         let (x, allocs) = c.expandable_budget().flatten().expect("fits within 4 ×");
-        let vm_at = |x: f64| {
-            let mut vm = Expandable::new(
-                SimDevice::PAGE.capacity,
-                Some((trace.peak_live as f64 * x).ceil() as u64),
-            );
-            let mut r = Replayer::new(&trace);
-            while r.step(&mut vm).unwrap_or(true) {}
-            (r.counts().ooms, vm.stats().device_allocs)
-        };
+        let vm_at = |x: f64| expandable_at(&trace, (trace.peak_live as f64 * x).ceil() as u64);
         assert_eq!(vm_at(x), (0, allocs));
         assert!(vm_at(x - 0.001).0 > 0, "{x}");
     }

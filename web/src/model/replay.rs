@@ -162,8 +162,9 @@ impl Model {
     /// Starts replaying `trace` on a fresh pool with the page's settings (so
     /// the figures can be checked against the harness's replay of the same
     /// trace). Returns the replay's id, for [`advance_replay`].
-    pub fn start_replay(&mut self, trace: Trace, speed: f64) -> Result<u64, Error> {
+    pub fn start_replay(&mut self, trace: impl Into<Arc<Trace>>, speed: f64) -> Result<u64, Error> {
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+        let trace = trace.into();
         if trace.largest > self.max_buffer {
             return Err(Error::TooLarge {
                 requested: trace.largest,
@@ -180,7 +181,6 @@ impl Model {
             fmt_bytes(trace.peak_live)
         ));
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-        let trace = Arc::new(trace);
         self.replay = Some(Replay {
             id,
             twin: Twin::new(trace.clone(), self.max_buffer, limit),
