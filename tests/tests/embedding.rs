@@ -620,6 +620,45 @@ fn the_checked_helper_names_both_blocks_the_buffer_and_the_fix() {
     .unwrap();
 }
 
+/// A layout of one `var<uniform>` at binding 0, for a compute pass.
+fn one_uniform_layout(pool: &Pool) -> wgpu::BindGroupLayout {
+    pool.device()
+        .create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+            label: None,
+            entries: &[wgpu::BindGroupLayoutEntry {
+                binding: 0,
+                visibility: wgpu::ShaderStages::COMPUTE,
+                ty: wgpu::BindingType::Buffer {
+                    ty: wgpu::BufferBindingType::Uniform,
+                    has_dynamic_offset: false,
+                    min_binding_size: None,
+                },
+                count: None,
+            }],
+        })
+}
+
+/// Whether wgpu itself (not the pool) refuses a bind group of `layout`
+/// with `block` at binding 0: the negative control of a pool refusal.
+fn wgpu_refuses_bind_group(
+    pool: &Pool,
+    layout: &wgpu::BindGroupLayout,
+    block: &PoolBuffer,
+) -> bool {
+    let scope = pool
+        .device()
+        .push_error_scope(wgpu::ErrorFilter::Validation);
+    let _ = pool.device().create_bind_group(&wgpu::BindGroupDescriptor {
+        label: None,
+        layout,
+        entries: &[wgpu::BindGroupEntry {
+            binding: 0,
+            resource: block.binding(),
+        }],
+    });
+    pollster::block_on(scope.pop()).is_some()
+}
+
 fn storage_entry(binding: u32, read_only: bool) -> wgpu::BindGroupLayoutEntry {
     wgpu::BindGroupLayoutEntry {
         binding,
@@ -641,21 +680,7 @@ fn a_block_used_in_a_way_its_buffer_was_not_made_for_is_an_error_not_a_panic() {
         .alloc(AllocDesc::storage(256).read_write().label("data"))
         .unwrap();
     assert!(!data.buffer().usage().contains(U::UNIFORM));
-    let layout = pool
-        .device()
-        .create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
-            label: None,
-            entries: &[wgpu::BindGroupLayoutEntry {
-                binding: 0,
-                visibility: wgpu::ShaderStages::COMPUTE,
-                ty: wgpu::BindingType::Buffer {
-                    ty: wgpu::BufferBindingType::Uniform,
-                    has_dynamic_offset: false,
-                    min_binding_size: None,
-                },
-                count: None,
-            }],
-        });
+    let layout = one_uniform_layout(&pool);
     let e = pool
         .create_bind_group(
             None,
@@ -679,18 +704,7 @@ fn a_block_used_in_a_way_its_buffer_was_not_made_for_is_an_error_not_a_panic() {
     assert!(e.to_string().contains("without UNIFORM"), "{e}");
     // Negative control: wgpu refuses the same entry (natively its
     // uncaptured-error handler would panic).
-    let scope = pool
-        .device()
-        .push_error_scope(wgpu::ErrorFilter::Validation);
-    let _ = pool.device().create_bind_group(&wgpu::BindGroupDescriptor {
-        label: None,
-        layout: &layout,
-        entries: &[wgpu::BindGroupEntry {
-            binding: 0,
-            resource: data.binding(),
-        }],
-    });
-    assert!(pollster::block_on(scope.pop()).is_some());
+    assert!(wgpu_refuses_bind_group(&pool, &layout, &data));
     // A readback block cannot be a copy's source, an upload block its destination.
     let readback = pool.alloc(AllocDesc::readback(256).label("out")).unwrap();
     let upload = pool.alloc(AllocDesc::upload(256).label("in")).unwrap();
@@ -747,21 +761,7 @@ fn a_bind_group_entry_past_the_devices_binding_size_is_an_error_naming_it() {
     let big = pool
         .alloc(AllocDesc::uniform(most + 256).label("params"))
         .unwrap();
-    let layout = pool
-        .device()
-        .create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
-            label: None,
-            entries: &[wgpu::BindGroupLayoutEntry {
-                binding: 0,
-                visibility: wgpu::ShaderStages::COMPUTE,
-                ty: wgpu::BindingType::Buffer {
-                    ty: wgpu::BufferBindingType::Uniform,
-                    has_dynamic_offset: false,
-                    min_binding_size: None,
-                },
-                count: None,
-            }],
-        });
+    let layout = one_uniform_layout(&pool);
     let e = pool
         .create_bind_group(
             None,
@@ -776,18 +776,7 @@ fn a_bind_group_entry_past_the_devices_binding_size_is_an_error_naming_it() {
         "{e}"
     );
     // Negative control: wgpu refuses the same entry.
-    let scope = pool
-        .device()
-        .push_error_scope(wgpu::ErrorFilter::Validation);
-    let _ = pool.device().create_bind_group(&wgpu::BindGroupDescriptor {
-        label: None,
-        layout: &layout,
-        entries: &[wgpu::BindGroupEntry {
-            binding: 0,
-            resource: big.binding(),
-        }],
-    });
-    assert!(pollster::block_on(scope.pop()).is_some());
+    assert!(wgpu_refuses_bind_group(&pool, &layout, &big));
     // One block bound read_write twice: said as such.
     let rw = pool.alloc(AllocDesc::storage(256).read_write()).unwrap();
     let e = pool

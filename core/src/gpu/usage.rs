@@ -150,6 +150,13 @@ impl Pool {
         {
             return Err(Error::InvalidArgument(format!("{} {why}", u.name())));
         }
+        self.check_conflicts(uses)
+    }
+
+    /// The pairs of `uses` WebGPU refuses in one usage scope (the second
+    /// half of [`Pool::check_usage_scope`]; `create_bind_group` checks the
+    /// first half itself, naming entries).
+    fn check_conflicts(&self, uses: &[BlockUse<'_>]) -> Result<()> {
         for (i, a) in uses.iter().enumerate() {
             for b in &uses[i + 1..] {
                 if a.block.buffer() != b.block.buffer() {
@@ -311,7 +318,8 @@ impl Pool {
             }
         }
         let uses: Vec<BlockUse<'_>> = entries.iter().map(|(_, u)| *u).collect();
-        self.check_usage_scope(&uses)?;
+        // Each entry's usage was checked above, by its number.
+        self.check_conflicts(&uses)?;
         let entries: Vec<wgpu::BindGroupEntry<'_>> = entries
             .iter()
             .map(|(n, u)| wgpu::BindGroupEntry {

@@ -318,7 +318,7 @@ impl Compare {
         if self.run.is_done() {
             let (vm, replayer) = &mut self.vm;
             while replayer.step(vm).unwrap_or(true) {}
-            self.expandable = Some(lane_of(vm, replayer.counts(), self.run.trace().peak_live));
+            self.expandable = Some(lane_of(vm, replayer.counts(), self.trace.peak_live));
         }
         self.result = Some(self.run.finish());
     }
