@@ -1086,6 +1086,109 @@ fn a_render_pass_draws_from_pool_vertices_indices_and_per_draw_uniforms_every_fr
     }
 }
 
+/// `used_in` on a render pass and on a command buffer, not only on an
+/// encoder: a pass borrows its encoder, so code holding a pass can only
+/// name the pass. Under `Reuse::Immediate` (a drop makes the block
+/// reusable at once), each frame's two per-draw uniforms are allocated,
+/// written, bound, drawn and dropped inside one pass, and a next owner's
+/// uniform is allocated and written with other bytes before the frame is
+/// submitted. Kept for the pass (`used_in(&pass)` before the drop) or for
+/// the finished command buffer (`used_in(&cb)`, the handles dropped after
+/// `finish`), every frame shows its own colours and the blocks come back
+/// once the frame's work is done; the control, with neither, shows another
+/// owner's colour.
+#[test]
+fn a_block_kept_for_a_pass_or_a_command_buffer_keeps_its_bytes_until_the_work_is_done() {
+    const FRAMES: u32 = 8;
+    const WIDTH: u32 = 64;
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    enum Keep {
+        Not,
+        ForThePass,
+        ForTheCommandBuffer,
+    }
+    for keep in [Keep::Not, Keep::ForThePass, Keep::ForTheCommandBuffer] {
+        let (device, queue, _) = device();
+        let options = PoolOptions {
+            reuse: vrampool::Reuse::Immediate,
+            ..PoolOptions::default()
+        };
+        let pool = Pool::new(device, queue, options).unwrap();
+        let device = pool.device().clone();
+        let q = pool.queue().clone();
+        let vertices = pool.alloc(AllocDesc::vertex(32)).unwrap();
+        let indices = pool.alloc(AllocDesc::index(12)).unwrap();
+        let (corners, idx) = quad::mesh();
+        q.write_buffer(vertices.buffer(), vertices.offset(), &corners);
+        q.write_buffer(indices.buffer(), indices.offset(), &idx);
+        let quad = quad::Quad::new(&device, WIDTH, 1);
+        let frames = pool
+            .alloc(AllocDesc::readback(u64::from(FRAMES * WIDTH * 4)))
+            .unwrap();
+        let held = pool.stats().total.allocated_bytes.current;
+        let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
+        for f in 0..FRAMES {
+            let mut encoder = device.create_command_encoder(&Default::default());
+            let mut until_finished = Vec::new();
+            {
+                let mut pass = quad.pass(&mut encoder);
+                pass.set_vertex_buffer(0, vertices.slice());
+                pass.set_index_buffer(indices.slice(), wgpu::IndexFormat::Uint16);
+                for right in [false, true] {
+                    let uniform = pool.alloc(AllocDesc::uniform(quad::UNIFORM_SIZE)).unwrap();
+                    let bytes = quad::frame_uniform(f, right);
+                    q.write_buffer(uniform.buffer(), uniform.offset(), &bytes);
+                    pass.set_bind_group(0, &quad.bind(&device, &uniform), &[]);
+                    pass.draw_indexed(0..6, 0, 0..1);
+                    match keep {
+                        Keep::Not => drop(uniform),
+                        Keep::ForThePass => {
+                            uniform.used_in(&pass);
+                            drop(uniform);
+                        }
+                        Keep::ForTheCommandBuffer => until_finished.push(uniform),
+                    }
+                }
+            }
+            quad.copy_out(&mut encoder, &frames, u64::from(f * WIDTH * 4));
+            let commands = encoder.finish();
+            for uniform in until_finished {
+                uniform.used_in(&commands);
+            }
+            // The next owner writes before this frame is submitted.
+            let next = pool.alloc(AllocDesc::uniform(quad::UNIFORM_SIZE)).unwrap();
+            q.write_buffer(next.buffer(), next.offset(), &quad::uniform([1.0; 4], 0.5));
+            drop(next);
+            pool.submit([commands]);
+        }
+        let error = pollster::block_on(scope.pop());
+        assert!(
+            error.is_none(),
+            "wgpu refused a frame ({keep:?}): {error:?}"
+        );
+        frames
+            .slice()
+            .map_async(wgpu::MapMode::Read, |r| r.expect("map"));
+        device.poll(wgpu::PollType::wait_indefinitely()).unwrap();
+        let pixels = frames.slice().get_mapped_range().unwrap().to_vec();
+        let checked = std::panic::catch_unwind(|| quad::check_frames(&pixels, FRAMES, WIDTH));
+        if keep == Keep::Not {
+            assert!(
+                checked.is_err(),
+                "the control caught no overwritten uniform"
+            );
+            continue;
+        }
+        if let Err(e) = checked {
+            std::panic::resume_unwind(e);
+        }
+        // Every kept uniform came back with its frame's work (the poll ran
+        // the callbacks).
+        assert_eq!(pool.stats().total.allocated_bytes.current, held, "{keep:?}");
+        pool.check_invariants().unwrap();
+    }
+}
+
 /// Records `f` into an encoder inside a validation scope and submits it
 /// through the pool; returns wgpu's validation error, if any, and what `f`
 /// returned (kept past the submit).

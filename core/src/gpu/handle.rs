@@ -233,11 +233,14 @@ impl PoolBuffer {
         WeakBuffer(Arc::downgrade(self.block()))
     }
 
-    /// Keeps the block for `encoder`, whose commands use it: the block is
-    /// not freed before `encoder`'s work is done on the GPU (or `encoder` is
-    /// dropped unsubmitted), whatever handles are dropped meanwhile: a handle
-    /// kept in the encoder's `on_submitted_work_done` callback. PyTorch's
-    /// `record_stream`, for WebGPU's encoders.
+    /// Keeps the block for `work`, whose commands use it: the block is not
+    /// freed before `work`'s commands are done on the GPU (or they are
+    /// dropped unsubmitted), whatever handles are dropped meanwhile: a
+    /// handle kept in wgpu's `on_submitted_work_done` callback of the
+    /// command buffer being recorded. `work` is a [`CommandEncoder`], a
+    /// [`ComputePass`] or [`RenderPass`] on one, or the [`CommandBuffer`] it
+    /// finished into ([`RecordsWork`]). PyTorch's `record_stream`, for
+    /// WebGPU's encoders.
     ///
     /// The pool's own rule ([`Reuse::AfterSubmit`](crate::Reuse::AfterSubmit))
     /// is pool-wide: a submit it learns of, from any thread, makes every
@@ -254,6 +257,11 @@ impl PoolBuffer {
     /// callback runs only when something polls the device or submits; a
     /// pool dropped before it runs reports the block as a leak. Not in wasm
     /// builds: the browser runs the pool on one thread.
+    ///
+    /// [`CommandEncoder`]: wgpu::CommandEncoder
+    /// [`ComputePass`]: wgpu::ComputePass
+    /// [`RenderPass`]: wgpu::RenderPass
+    /// [`CommandBuffer`]: wgpu::CommandBuffer
     ///
     /// ```
     /// # let (device, queue) = vrampool::example_device()?;
@@ -272,11 +280,52 @@ impl PoolBuffer {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     #[cfg(not(target_arch = "wasm32"))]
-    pub fn used_in(&self, encoder: &wgpu::CommandEncoder) {
+    pub fn used_in(&self, work: &impl RecordsWork) {
         let kept = self.clone();
-        encoder.on_submitted_work_done(move || drop(kept));
+        work.when_done(Box::new(move || drop(kept)));
     }
 }
+
+/// What [`PoolBuffer::used_in`] can keep a block for: something recording
+/// commands into a command buffer, which wgpu can call back once that
+/// command buffer's work is done ([`wgpu::CommandEncoder`],
+/// [`wgpu::ComputePass`], [`wgpu::RenderPass`], [`wgpu::CommandBuffer`]; a
+/// pass shares its encoder's command buffer). Sealed: implemented for
+/// wgpu's four types only.
+#[cfg(not(target_arch = "wasm32"))]
+pub trait RecordsWork: sealed::Sealed {
+    /// Runs `callback` once this command buffer's work is done on the GPU,
+    /// or drops it unrun if the command buffer is dropped unsubmitted.
+    #[doc(hidden)]
+    fn when_done(&self, callback: Box<dyn FnOnce() + Send>);
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for wgpu::CommandEncoder {}
+    impl Sealed for wgpu::ComputePass<'_> {}
+    impl Sealed for wgpu::RenderPass<'_> {}
+    impl Sealed for wgpu::CommandBuffer {}
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+macro_rules! records_work {
+    ($($t:ty),*) => {$(
+        impl RecordsWork for $t {
+            fn when_done(&self, callback: Box<dyn FnOnce() + Send>) {
+                self.on_submitted_work_done(callback);
+            }
+        }
+    )*};
+}
+#[cfg(not(target_arch = "wasm32"))]
+records_work!(
+    wgpu::CommandEncoder,
+    wgpu::ComputePass<'_>,
+    wgpu::RenderPass<'_>,
+    wgpu::CommandBuffer
+);
 
 impl std::ops::Deref for PoolBuffer {
     type Target = BufferBlock;

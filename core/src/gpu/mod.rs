@@ -37,6 +37,8 @@ pub use backend::WgpuBackend;
 pub use desc::{Access, AllocDesc, GPU_USAGE, READ_WRITE_USAGE, Sharing};
 #[doc(hidden)]
 pub use front::pin_thread_shard;
+#[cfg(not(target_arch = "wasm32"))]
+pub use handle::RecordsWork;
 pub use handle::{BufferBlock, PoolBuffer, WeakBuffer};
 pub use movable::{MovableBuffer, Place};
 pub use pool::{Pool, PoolOptions, Reuse};

@@ -112,8 +112,8 @@ pub enum Reuse {
     /// A dropped block is reused at once, as PyTorch's allocator does on one
     /// stream. Correct only when every command using a block is submitted
     /// before the block is dropped (each operation submitted as it is made,
-    /// as cubecl's stream does), or the block was kept for its encoder
-    /// ([`PoolBuffer::used_in`]); otherwise a later owner's `write_buffer` or
+    /// as cubecl's stream does), or the block was kept for its encoder,
+    /// pass or command buffer ([`PoolBuffer::used_in`]); otherwise a later owner's `write_buffer` or
     /// zeroing can reach a recorded command first.
     Immediate,
 }
@@ -882,8 +882,8 @@ impl Pool {
     /// Threads that each record and submit their own encoders must not drop
     /// a block that an encoder of theirs still to be submitted uses while
     /// another thread may submit: call [`PoolBuffer::used_in`] with that
-    /// encoder before the drop (the block is kept until the encoder's work
-    /// is done), keep the handle until their own submit, record, drop and
+    /// encoder (or the pass on it, or the command buffer it finished into)
+    /// before the drop (the block is kept until that work is done), keep the handle until their own submit, record, drop and
     /// submit on one thread, or give each such thread a pool of its own. (Some of those drops wait for a later
     /// submit anyway, parked unstamped in a front-cache shard whose threads
     /// submit; that costs memory for a while and is not to be relied on.)
