@@ -100,6 +100,25 @@ fn gzip_is_told_from_plain_text_by_a_reader_that_gives_a_byte_at_a_time() {
 }
 
 #[test]
+fn a_byte_order_mark_before_the_header_is_no_part_of_it() {
+    // Excel's "CSV UTF-8" starts with one: it read as a header that looked
+    // right and was refused.
+    for end in ["\n", "\r\n"] {
+        let text = format!(
+            "\u{feff}{}{end}0,1,allocate,0x10,4096,0x0{end}0,2,free,0x10,4096,0x0{end}",
+            H.trim_end()
+        );
+        for bytes in [text.as_bytes().to_vec(), gzip(text.as_bytes())] {
+            let t = Trace::from_bytes("bom", &bytes).unwrap();
+            assert_eq!((t.events.len(), t.peak_live), (2, 4096), "{end:?}");
+        }
+    }
+    // Only before the first name: one inside the header is still refused.
+    let text = "Thread,Time,\u{feff}Action,Pointer,Size,Stream\n";
+    assert!(Trace::from_bytes("bom", text.as_bytes()).is_err());
+}
+
+#[test]
 fn a_file_with_cr_line_ends_reads_as_one_with_lf() {
     // Excel's "CSV (Macintosh)": lines end in a lone CR. Over 64 KiB, the
     // line-length guard took the whole file for one line.

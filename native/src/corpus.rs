@@ -433,16 +433,27 @@ fn row(
         at_scale(&t)
     };
     if t.largest > a.max_buffer_size {
-        bail!(
+        usage!(
             "one allocation is {} but the device allows at most {} per buffer; give a larger \
              --max-buffer-size or a larger scale",
             fmt_bytes(t.largest),
             fmt_bytes(a.max_buffer_size)
         );
     }
+    // The vrampool policy's segments, and the plans', are at most this.
+    let max_segment = ours
+        .max_segment_size
+        .map_or(a.max_buffer_size, |m| m.min(a.max_buffer_size));
+    if t.largest > max_segment {
+        usage!(
+            "one allocation is {} but --set max_segment_size={max_segment} lets the vrampool \
+             policy make no segment that large: raise it, or give a larger scale",
+            fmt_bytes(t.largest)
+        );
+    }
     let as_recorded = || -> Result<&Foresight> {
         recorded_plan
-            .get_or_init(|| Foresight::plan(&recorded, ours.alignment, a.max_buffer_size))
+            .get_or_init(|| Foresight::plan(&recorded, ours.alignment, max_segment))
             .as_ref()
             .map_err(|e| anyhow::Error::new(e.clone()))
     };
@@ -459,7 +470,7 @@ fn row(
         let plan = if resize == 1.0 && jitter == 0 {
             as_recorded()?
         } else {
-            own = Foresight::plan(&t, ours.alignment, a.max_buffer_size)?;
+            own = Foresight::plan(&t, ours.alignment, max_segment)?;
             &own
         };
         let row = RowFigures {

@@ -56,19 +56,23 @@ pub fn pick(selector: Option<&str>) -> Result<(usize, wgpu::Adapter)> {
             .any(|word| word == want),
         None => name.contains(&want),
     };
-    all.into_iter()
+    match all
+        .into_iter()
         .enumerate()
         .find(|(_, a)| matches(&a.get_info().name.to_lowercase()))
-        .with_context(|| match index {
-            Some(i) => format!(
+    {
+        Some(found) => Ok(found),
+        None => match index {
+            Some(i) => usage!(
                 "--adapter {i}: there are only {n} adapters, and no name has the word {i} ({})",
                 names.join(", ")
             ),
-            None => format!(
+            None => usage!(
                 "--adapter {sel:?} matches no adapter; found: {}",
                 names.join(", ")
             ),
-        })
+        },
+    }
 }
 
 /// wgpu's memory hints, as `--memory-hints` names them.

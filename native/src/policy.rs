@@ -429,7 +429,16 @@ impl<B: Backend> ReplayTarget for SizeClass<B> {
             self.dev.f.retries += 1;
             self.empty_cache();
         }
-        let slot = self.dev.create(class)?;
+        let slot = match self.dev.create(class) {
+            // The device refused (too small, not the budget): what the cache
+            // holds is given back and the request tried once more.
+            Err(Error::OutOfMemory(_)) if self.dev.f.cached > 0 => {
+                self.dev.f.retries += 1;
+                self.empty_cache();
+                self.dev.create(class)?
+            }
+            created => created?,
+        };
         self.dev.f.allocated += class;
         Ok(slot)
     }

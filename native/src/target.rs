@@ -18,7 +18,8 @@ pub enum Target {
         name: String,
         /// PCI bus id, when the driver gives one (to find it in nvidia-smi).
         bus: String,
-        /// Index among the adapters.
+        /// Index among the NVIDIA adapters of its backend (nvidia-smi's
+        /// order, where the driver gives no bus id); 0 for other vendors.
         index: usize,
     },
 }
@@ -34,6 +35,14 @@ impl Target {
         let (index, adapter) = device::pick(c.adapter.as_deref())?;
         let (device, queue) = device::open(&adapter, c.hints())?;
         let info = adapter.get_info();
+        // Counted among NVIDIA's adapters of the same backend only: a
+        // software or GL adapter listed before it is no row of nvidia-smi.
+        let index = device::adapters()
+            .iter()
+            .take(index)
+            .map(|a| a.get_info())
+            .filter(|a| a.vendor == NVIDIA && a.backend == info.backend)
+            .count();
         Ok(Target::Gpu {
             device,
             queue,
@@ -84,10 +93,14 @@ pub fn check_max_buffer_size(max_buffer_size: u64) -> Result<()> {
     Ok(())
 }
 
+/// PCI vendor id of NVIDIA's adapters.
+const NVIDIA: u32 = 0x10de;
+
 /// Used memory in bytes of the GPU at PCI bus `bus`, as nvidia-smi reports it.
-/// NVIDIA's Vulkan driver gives wgpu no bus id; then the adapter's `index` is
-/// used, since Vulkan lists NVIDIA GPUs in nvidia-smi's order (checked on two
-/// H200s: `--adapter 1` filled GPU 1).
+/// NVIDIA's Vulkan driver gives wgpu no bus id; then `index`, the adapter's
+/// place among the NVIDIA adapters of its backend, is used, since Vulkan
+/// lists NVIDIA GPUs in nvidia-smi's order (checked on two H200s:
+/// `--adapter 1` filled GPU 1).
 pub fn nvidia_smi_used(bus: &str, index: usize) -> Option<u64> {
     let out = std::process::Command::new("nvidia-smi")
         .args([

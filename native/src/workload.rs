@@ -217,7 +217,9 @@ pub fn command(a: &WorkloadArgs, c: &Common) -> Result<ExitCode> {
         found = Some((b, s.total.reserved_bytes.peak));
         cfg.batch = b;
     }
-    cfg.check(&limits)?;
+    if let Err(e) = cfg.check(&limits) {
+        usage!("{e}");
+    }
     let Target::Gpu { device, queue, .. } = &target else {
         // The simulated device runs no shaders: report the dry run alone.
         let s = dry_run(&cfg, a.budget.unwrap_or(u64::MAX / 4), a.steps)?;

@@ -667,6 +667,31 @@ fn usage_errors_exit_2_and_failures_1() {
         &["bench", "--simulate", "--threads", "2"],
         &["workload", "--simulate", "--steps", "1"],
         &["replay", "--simulate", "--no-such-flag", &t],
+        &["replay", "--simulate", "--compare", "--policy", "none", &t],
+        &["replay", "--simulate", "--max-buffer-size", "1048576", &t],
+        &[
+            "replay",
+            "--simulate",
+            "--set",
+            "max_segment_size=1048576",
+            &t,
+        ],
+        &[
+            "corpus",
+            "--scales",
+            "1",
+            "--set",
+            "max_segment_size=1048576",
+            &t,
+        ],
+        &[
+            "workload",
+            "--simulate",
+            "--batch",
+            "4294967295",
+            "--steps",
+            "2",
+        ],
     ] {
         let (got, err) = code(args);
         assert_eq!(got, Some(2), "{args:?}: {err}");
@@ -1353,6 +1378,87 @@ fn bad_requests_are_refused() {
         ],
         "no GPU adapter found",
     );
+}
+
+#[test]
+fn a_plan_is_made_for_the_segments_the_configuration_allows() {
+    // small_mlp's largest tensor is 6.1 MiB, its plan one 47 MiB segment:
+    // planned for the device's 4 GiB buffers, the engine refused it under
+    // --set max_segment_size=16 MiB ("cannot allocate 47.00 MiB").
+    let t = trace("small_mlp");
+    let set = ["--set", "max_segment_size=16777216"];
+    let v = json(
+        vrampool()
+            .args(["replay", "--simulate", "--follow"])
+            .args(set)
+            .arg(&t),
+    );
+    let rep = &v[0]["report"];
+    assert_eq!(f(&rep["ooms"]), 0.0, "{v}");
+    assert!(
+        f(&rep["peak_reserved"]) <= 1.10 * f(&rep["peak_live"]),
+        "{v}"
+    );
+    let v = json(
+        vrampool()
+            .args(["corpus", "--follow", "--scales", "1"])
+            .args(set)
+            .arg(&t),
+    );
+    assert_eq!(v["rows"].as_array().map(Vec::len), Some(1), "{v}");
+}
+
+#[test]
+fn the_size_class_baseline_gives_its_cache_back_when_the_device_refuses() {
+    // 4 KiB freed, then 8 KiB on a device of 10 000 bytes: the cached 4 KiB
+    // buffer must go for the 8 KiB one to fit. It went only under --budget.
+    let d = tempfile::tempdir().unwrap();
+    let grow = file(
+        &d,
+        "grow.csv",
+        &format!(
+            "{H}0,0,allocate,0x10,4096,0x0\n0,1,free,0x10,4096,0x0\n0,2,allocate,0x20,8192,0x0\n"
+        ),
+    );
+    let v = json(vrampool().args([
+        "replay",
+        "--simulate",
+        "--capacity",
+        "10000",
+        "--policy",
+        "size-class",
+        &grow,
+    ]));
+    assert_eq!(f(&v[0]["report"]["ooms"]), 0.0, "{v}");
+    assert_eq!(f(&v[0]["report"]["peak_reserved"]), 8192.0, "{v}");
+}
+
+#[test]
+fn traces_of_one_name_are_told_apart() {
+    // Two files `ok.csv` in two folders: the table's rows and --timeline's
+    // files had one name, the second file overwriting the first.
+    let d = tempfile::tempdir().unwrap();
+    std::fs::create_dir(d.path().join("b")).unwrap();
+    let body = format!("{H}0,0,allocate,0x10,4096,0x0\n0,1,free,0x10,4096,0x0\n");
+    let first = file(&d, "ok.csv", &body);
+    let second = file(&d, "b/ok.csv", &body);
+    let svg = d.path().join("t.svg");
+    let v = json(
+        vrampool()
+            .args(["replay", "--simulate", "--timeline"])
+            .arg(&svg)
+            .args([&first, &second]),
+    );
+    let names: Vec<&str> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["trace"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["ok", "ok-2"]);
+    for name in ["t-ok-vrampool.svg", "t-ok-2-vrampool.svg"] {
+        assert!(d.path().join(name).exists(), "{name}");
+    }
 }
 
 #[test]

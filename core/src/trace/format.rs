@@ -454,7 +454,19 @@ impl Trace {
             why,
         };
         let headers = rdr.headers().map_err(|e| read_err(e, 1))?.clone();
-        let cols: Vec<&str> = headers.iter().map(str::trim).collect();
+        // A byte-order mark (Excel's "CSV UTF-8") is no part of the first name.
+        let cols: Vec<&str> = headers
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                if i == 0 {
+                    c.trim_start_matches('\u{feff}')
+                } else {
+                    c
+                }
+            })
+            .map(str::trim)
+            .collect();
         if cols != HEADER.split(',').collect::<Vec<_>>() {
             return Err(TraceError::Header {
                 path: name.to_string(),

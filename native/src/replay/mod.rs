@@ -8,7 +8,7 @@ mod drive;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use indicatif::ProgressBar;
 use serde_json::json;
@@ -29,7 +29,9 @@ pub struct ReplayArgs {
     #[arg(required = true)]
     traces: Vec<PathBuf>,
     /// Hard limit on reserved memory: bytes (`8000000000`) or a multiple of the
-    /// trace's peak live (`1.05x`). Default: no limit.
+    /// trace's peak live (`1.05x`). Default: no limit. The expandable policy
+    /// takes it as PyTorch does: what it maps may pass it by less than a
+    /// page (2 or 20 MiB).
     #[arg(long)]
     budget: Option<String>,
     /// Take the limit (--budget, and the budgets --min-budget tries) as a
@@ -38,10 +40,10 @@ pub struct ReplayArgs {
     /// The vrampool policy only.
     #[arg(long)]
     ceiling: bool,
-    /// The allocation policy.
-    #[arg(long, value_enum, default_value_t = PolicyKind::Vrampool)]
-    policy: PolicyKind,
-    /// Run every policy on each trace and print one table.
+    /// The allocation policy [default: vrampool].
+    #[arg(long, value_enum, conflicts_with = "compare")]
+    policy: Option<PolicyKind>,
+    /// Run every policy on each trace and print one table (not with --policy).
     #[arg(long)]
     compare: bool,
     /// Also find the smallest budget (× peak live, in 0.001 steps) that replays with no OOM.
@@ -146,6 +148,7 @@ pub const OUT_OF_MEMORY: u8 = 3;
 
 /// Runs `vrampool replay`.
 pub fn command(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
+    let policy = a.policy.unwrap_or(PolicyKind::Vrampool);
     if a.scale == 0 {
         usage!("--scale 0: the divisor must be at least 1");
     }
@@ -154,16 +157,16 @@ pub fn command(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
             "--ceiling takes the limit as a ceiling, and there is none: give --budget (or --min-budget)"
         );
     }
-    if a.ceiling && !a.compare && a.policy != PolicyKind::Vrampool {
+    if a.ceiling && !a.compare && policy != PolicyKind::Vrampool {
         usage!(
             "--ceiling applies to the vrampool policy only; {} has no such setting",
-            a.policy.name()
+            policy.name()
         );
     }
-    if !a.set.is_empty() && !a.compare && a.policy != PolicyKind::Vrampool {
+    if !a.set.is_empty() && !a.compare && policy != PolicyKind::Vrampool {
         usage!(
             "--set changes the vrampool policy's configuration; {} has none",
-            a.policy.name()
+            policy.name()
         );
     }
     // (option, given, used by the policy, which policies use it)
@@ -171,19 +174,19 @@ pub fn command(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
         (
             "--submit-every",
             a.submit_every > 0,
-            a.policy.is_engine(),
+            policy.is_engine(),
             "the engine policies (vrampool, pytorch)",
         ),
         (
             "--access",
             a.access != AccessMode::ReadWrite,
-            a.policy.is_engine(),
+            policy.is_engine(),
             "the engine policies (vrampool, pytorch)",
         ),
         (
             "--relocatable",
             a.relocatable,
-            a.policy == PolicyKind::Vrampool,
+            policy == PolicyKind::Vrampool,
             "the vrampool policy (the pytorch preset never moves a block)",
         ),
     ];
@@ -192,7 +195,7 @@ pub fn command(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
     {
         usage!(
             "{flag} applies to {who}; {} ignores it: drop it, or use --compare",
-            a.policy.name()
+            policy.name()
         );
     }
     if a.relocatable && !a.ceiling && a.budget.is_some() {
@@ -208,7 +211,7 @@ pub fn command(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
     if a.follow
         && (a.access != AccessMode::ReadWrite
             || a.submit_every > 0
-            || (!a.compare && a.policy != PolicyKind::Vrampool))
+            || (!a.compare && policy != PolicyKind::Vrampool))
     {
         usage!(
             "--follow is the vrampool policy following the trace's own plan, every tensor \
@@ -227,11 +230,11 @@ pub fn command(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
              --budget and --min-budget"
         );
     }
-    if !c.simulate && !a.compare && !a.policy.runs_on_a_gpu() {
+    if !c.simulate && !a.compare && !policy.runs_on_a_gpu() {
         usage!(
             "--policy {} simulates PyTorch's expandable_segments, which grow their memory in \
              place through CUDA's virtual memory; wgpu has none: add --simulate",
-            a.policy.name()
+            policy.name()
         );
     }
     if !c.simulate && (a.capacity.is_some() || a.max_buffer_size.is_some()) {
@@ -264,6 +267,7 @@ pub fn command(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
         let t = Trace::open(path)?;
         traces.push(if a.scale > 1 { t.scaled(a.scale) } else { t });
     }
+    unique_names(&mut traces);
     for t in traces.iter().filter(|t| t.skipped_failures > 0) {
         eprintln!(
             "note: {}: {} `allocate failure` rows skipped: allocations the recorded run was \
@@ -273,6 +277,12 @@ pub fn command(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
     }
     let target = Target::open(c, capacity, max_buffer_size)?;
     let max_buffer = target.max_buffer();
+    // The vrampool policy's segments (and a plan's, with --follow) are at
+    // most this: `--set max_segment_size` may lower it below the device's.
+    let max_segment = config
+        .max_segment_size
+        .map_or(max_buffer, |m| m.min(max_buffer));
+    let vrampool_runs = a.compare || policy == PolicyKind::Vrampool;
     for t in &traces {
         // As the policies round it (to GRANULE at most), and a scale that
         // fits counted from the file's sizes: `t` is scaled by --scale already.
@@ -280,16 +290,33 @@ pub fn command(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
             .largest
             .checked_next_multiple_of(GRANULE)
             .unwrap_or(u64::MAX);
+        let room = |max: u64| (max / GRANULE * GRANULE).max(1);
         if rounded > max_buffer {
-            let room = (max_buffer / GRANULE * GRANULE).max(1);
-            bail!(
-                "{}: one allocation is {} but {} allows at most {} per buffer (max_buffer_size); \
-                 pass --scale {} to divide every size",
+            usage!(
+                "{}: one allocation is {} ({} as the policies round it) but {} allows at most {} \
+                 per buffer (max_buffer_size); pass --scale {} to divide every size",
                 t.name,
                 fmt_bytes(t.largest),
+                fmt_bytes(rounded),
                 target.name(),
                 fmt_bytes(max_buffer),
-                a.scale.max(1).saturating_mul(rounded.div_ceil(room))
+                a.scale
+                    .max(1)
+                    .saturating_mul(rounded.div_ceil(room(max_buffer)))
+            );
+        }
+        if vrampool_runs && rounded > max_segment {
+            usage!(
+                "{}: one allocation is {} ({} rounded) but --set max_segment_size={} lets the \
+                 vrampool policy make no segment that large: raise it, or pass --scale {} to \
+                 divide every size",
+                t.name,
+                fmt_bytes(t.largest),
+                fmt_bytes(rounded),
+                max_segment,
+                a.scale
+                    .max(1)
+                    .saturating_mul(rounded.div_ceil(room(max_segment)))
             );
         }
         if let Some(Budget::Bytes(b)) = budget
@@ -312,7 +339,7 @@ pub fn command(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
             .filter(|k| !on_gpu || k.runs_on_a_gpu())
             .collect()
     } else {
-        vec![a.policy]
+        vec![policy]
     };
     let runs = (traces.len() * policies.len()) as u64;
     let events: u64 = traces.iter().map(|t| t.events.len() as u64).sum();
@@ -338,7 +365,7 @@ pub fn command(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
         });
         let plan = if a.follow {
             Some(
-                Foresight::plan(t, config.alignment, max_buffer)
+                Foresight::plan(t, config.alignment, max_segment)
                     .with_context(|| format!("planning {}", t.name))?,
             )
         } else {
@@ -543,6 +570,23 @@ fn one_run<B: Backend>(
         None
     };
     Ok((out, min))
+}
+
+/// Traces of one name (files of one stem in two folders) get `-2`, `-3`, …
+/// after it, in the order given: the table's rows and the timeline's files
+/// are told apart by it.
+fn unique_names(traces: &mut [Trace]) {
+    let mut taken: std::collections::HashSet<String> = std::collections::HashSet::new();
+    for t in traces.iter_mut() {
+        let mut name = t.name.clone();
+        let mut n = 1;
+        while taken.contains(&name) {
+            n += 1;
+            name = format!("{}-{n}", t.name);
+        }
+        taken.insert(name.clone());
+        t.name = name;
+    }
 }
 
 fn timeline_path(path: &Path, trace: &str, policy: &str, many: bool) -> PathBuf {
