@@ -629,6 +629,13 @@ impl Config {
                 self.alignment
             ));
         }
+        if let Some(crate::Limit::Fraction(f)) = self.limit
+            && !(f > 0.0 && f.is_finite())
+        {
+            return Err(format!(
+                "limit: a memory fraction must be positive and finite, got {f}"
+            ));
+        }
         non_negative("churn_limit", self.churn_limit)?;
         non_negative("max_headroom_credit", self.max_headroom_credit)?;
         self.under_limit.validate("under_limit")?;

@@ -27,6 +27,12 @@ impl Stat {
         debug_assert!(self.current >= n, "stat underflow");
         self.current -= n;
     }
+    /// Takes back a peak set by a passing state no caller could see: the
+    /// peak is `before`'s, or the current value if higher.
+    #[inline]
+    pub(crate) fn rewind_peak(&mut self, before: u64) {
+        self.peak = before.max(self.current);
+    }
     /// Sets the peak to the current value.
     pub fn reset_peak(&mut self) {
         self.peak = self.current;

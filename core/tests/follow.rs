@@ -165,10 +165,9 @@ fn bad_plans_and_refusals_are_errors_that_pin_nothing() {
         Config::default(),
     )
     .unwrap();
-    assert!(matches!(
-        small.follow(&plan, 0),
-        Err(Error::TooLarge { .. })
-    ));
+    let e = small.follow(&plan, 0).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
+    assert!(e.to_string().contains("engine.max_segment_size()"), "{e}");
     // Over the limit.
     let mut limited = Engine::new(
         SimulatedDevice::new(8 << 30),
@@ -179,8 +178,11 @@ fn bad_plans_and_refusals_are_errors_that_pin_nothing() {
     )
     .unwrap();
     let e = limited.follow(&plan, 0).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
     assert!(e.to_string().contains("raise the limit"), "{e}");
     assert_eq!(limited.stats().total.reserved_bytes.current, 0);
+    let e = engine().follow(&odd_sized, 0).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
     // The device refuses the second of two segments: the first is ordinary
     // cache, released by empty_cache, and the engine follows nothing.
     let two = Foresight::plan(&t, 256, 4 * MIB).unwrap();
@@ -188,6 +190,44 @@ fn bad_plans_and_refusals_are_errors_that_pin_nothing() {
     let mut e = refusing(2);
     assert!(matches!(e.follow(&two, 0), Err(Error::OutOfMemory(_))));
     follows_nothing_and_caches(&mut e, 3 * MIB);
+}
+
+#[test]
+fn a_plan_followed_again_under_a_limit_takes_the_place_of_the_cache() {
+    // The limit holds the plan once, not twice: following it again, its
+    // first segments (idle cache once the plan is given up) make room, as a
+    // request's ladder releases cache before it refuses. They were counted
+    // as held, and the second follow refused.
+    let t = trace(&[(true, 1, 3 * MIB), (false, 1, 0), (true, 2, MIB)]);
+    let plan = Foresight::plan(&t, 256, 64 * MIB).unwrap();
+    let limit = plan.reserved() * 3 / 2;
+    let mut e = Engine::new(
+        SimulatedDevice::new(8 << 30),
+        Config {
+            limit: Some(Limit::Bytes(limit)),
+            ..Config::default()
+        },
+    )
+    .unwrap();
+    e.follow(&plan, 0).unwrap();
+    e.follow(&plan, 0).unwrap();
+    assert_eq!(e.stats().total.reserved_bytes.current, plan.reserved());
+    assert!(e.follow_stats().following);
+    e.check_invariants().unwrap();
+    // A live block the cache cannot make room beside is still refused,
+    // saying what is live.
+    e.stop_following();
+    let live = e.allocate(vrampool::Request::new(2 * MIB, 7)).unwrap();
+    let err = e.follow(&plan, 0).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
+    assert!(err.to_string().contains("live or pending"), "{err}");
+    e.free(live.id).unwrap();
+    // preallocate makes room the same way.
+    e.empty_cache();
+    let cached = e.allocate(vrampool::Request::new(limit / 2, 7)).unwrap();
+    e.free(cached.id).unwrap();
+    e.preallocate(limit * 3 / 4).unwrap();
+    e.check_invariants().unwrap();
 }
 
 /// An engine whose device refuses its `n`th segment.
@@ -491,6 +531,46 @@ fn recordings_log_only_their_own_deferred_frees() {
         let t = Trace::parse("log", log.as_bytes()).unwrap();
         assert_eq!(t.events.len(), rows, "{log}");
         assert_eq!(t.peak_live, MIB, "{log}");
+    }
+}
+
+#[test]
+fn recordings_log_only_the_frees_of_blocks_they_saw_allocated() {
+    use vrampool::Request;
+    // Live when the recording begins, freed during it (at once, deferred
+    // and reclaimed, or retired): the log freed what it never allocated,
+    // and no reader, nor a plan, took it.
+    let mut e = engine();
+    let freed = e.allocate(Request::new(MIB, 0)).unwrap();
+    let deferred = e.allocate(Request::new(MIB, 0)).unwrap();
+    let retired = e
+        .allocate(Request {
+            exclusive: true,
+            ..Request::new(4096, 1)
+        })
+        .unwrap();
+    let across = e.allocate(Request::new(MIB, 0)).unwrap();
+    e.start_recording();
+    e.free(freed.id).unwrap();
+    e.defer_free(deferred.id).unwrap();
+    let mark = e.defer_mark();
+    e.reclaim_deferred(mark);
+    e.retire(retired.id).unwrap();
+    let a = e.allocate(Request::new(2 * MIB, 0)).unwrap();
+    e.free(a.id).unwrap();
+    let kept = e.allocate(Request::new(MIB, 0)).unwrap();
+    let one = e.take_recording().unwrap();
+    // A block of the first recording freed in the second is not its either.
+    e.start_recording();
+    e.free(kept.id).unwrap();
+    e.free(across.id).unwrap();
+    let b = e.allocate(Request::new(MIB, 0)).unwrap();
+    e.free(b.id).unwrap();
+    let two = e.take_recording().unwrap();
+    for (log, rows, peak) in [(&one, 3, 2 * MIB), (&two, 2, MIB)] {
+        let t = Trace::parse("log", log.as_bytes()).unwrap();
+        assert_eq!((t.events.len(), t.peak_live), (rows, peak), "{log}");
+        vrampool::trace::RecordedPlan::from_recording(log, 256, 64 * MIB).unwrap();
     }
 }
 

@@ -116,7 +116,7 @@ impl<B: Backend> Engine<B> {
                 break;
             }
             self.deferred.pop_front();
-            log_free(&mut self.recorder, self.recording, d.row);
+            log_free(&mut self.recorder, d.row);
             if !d.waits(&self.blocks) {
                 // Not reached: a released segment takes its blocks' entries
                 // out of the queue (forget_released_deferred).
@@ -145,11 +145,11 @@ impl<B: Backend> Engine<B> {
     /// caller that never reclaims would otherwise keep them all. Their
     /// frees are logged now, as the memory goes.
     pub(super) fn forget_released_deferred(&mut self) {
-        let (blocks, recorder, recording) = (&self.blocks, &mut self.recorder, self.recording);
+        let (blocks, recorder) = (&self.blocks, &mut self.recorder);
         self.deferred.retain(|d| {
             let waits = d.waits(blocks);
             if !waits {
-                log_free(recorder, recording, d.row);
+                log_free(recorder, d.row);
             }
             waits
         });

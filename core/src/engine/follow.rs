@@ -101,6 +101,11 @@ impl<B: Backend> Engine<B> {
     /// headroom does not act (the plan is the memory the workload was
     /// foreseen to need), and the plan's free space counts as cached but not
     /// in `largest_free_block`. A plan followed before is given up first.
+    /// Under a limit, cached segments are released to make room for the
+    /// plan's, as a request's would be; a plan that does not fit beside what
+    /// is live or pending, or that this engine cannot follow (another
+    /// alignment, a segment above [`Engine::max_segment_size`]), is an
+    /// [`Error::InvalidArgument`] and pins nothing.
     ///
     /// ```
     /// use vrampool::trace::Foresight;
@@ -145,14 +150,14 @@ impl<B: Backend> Engine<B> {
         let align = self.config.alignment;
         for (i, (key, plan)) in plans.iter().enumerate() {
             if key.exclusive {
-                return Err(Error::Config(format!(
+                return Err(Error::InvalidArgument(format!(
                     "the plan lays out exclusive requests (usage {:#x}), whose blocks each have a \
                      segment of their own: leave that pool out of the plan",
                     key.usage
                 )));
             }
             if plans[..i].iter().any(|(k, _)| k == key) {
-                return Err(Error::Config(format!(
+                return Err(Error::InvalidArgument(format!(
                     "the plan has two plans for the pool of usage {:#x}, group {}: one plan a pool",
                     key.usage, key.group
                 )));
@@ -167,15 +172,14 @@ impl<B: Backend> Engine<B> {
             })?;
         }
         let planned: u64 = plans.iter().map(|(_, p)| p.reserved()).sum();
-        if let Some(limit) = self.limit
-            && self.held() + planned > limit
-        {
-            return Err(Error::Config(format!(
-                "cannot follow a plan of {}: the limit is {} and {} is already reserved; raise \
-                 the limit or follow without one",
+        if let Some(limit) = self.room_for_pinned(planned) {
+            return Err(Error::InvalidArgument(format!(
+                "cannot follow a plan of {}: the limit is {} and {} is reserved, {} of it live \
+                 or pending; raise the limit, drop live blocks, or follow without one",
                 crate::fmt_bytes(planned),
                 crate::fmt_bytes(limit),
-                crate::fmt_bytes(self.total.reserved_bytes.current)
+                crate::fmt_bytes(self.total.reserved_bytes.current),
+                crate::fmt_bytes(self.held() - self.releasable())
             )));
         }
         let mut followed: Vec<Following> = Vec::with_capacity(plans.len());
@@ -246,7 +250,7 @@ impl<B: Backend> Engine<B> {
             .iter()
             .find(|b| b.offset % align != 0 || b.size % align != 0)
         {
-            return Err(Error::Config(format!(
+            return Err(Error::InvalidArgument(format!(
                 "the plan places a block of {} bytes at offset {}, not a multiple of the \
                  engine's alignment {align}: plan with Foresight::plan(&trace, {align}, ..)",
                 b.size, b.offset
@@ -257,7 +261,7 @@ impl<B: Backend> Engine<B> {
             .iter()
             .find(|b| b.segment >= plan.segments.len())
         {
-            return Err(Error::Config(format!(
+            return Err(Error::InvalidArgument(format!(
                 "the plan places a block in segment {} of {}: not a plan Foresight::plan made",
                 b.segment,
                 plan.segments.len()
@@ -269,14 +273,14 @@ impl<B: Backend> Engine<B> {
                     .checked_add(b.size)
                     .is_none_or(|end| end > plan.segments[b.segment])
         }) {
-            return Err(Error::Config(format!(
+            return Err(Error::InvalidArgument(format!(
                 "the plan places a block of {} bytes at offset {} of segment {}, which is {} \
                  bytes: not a plan Foresight::plan made",
                 b.size, b.offset, b.segment, plan.segments[b.segment]
             )));
         }
         if let Some(&s) = plan.segments.iter().find(|&&s| s >= MAX_PLANNED_SEGMENT) {
-            return Err(Error::Config(format!(
+            return Err(Error::InvalidArgument(format!(
                 "the plan has a segment of {}: a plan's segments must be under {} (its free \
                  blocks are indexed by segment << 40 | offset); plan with a smaller max_segment",
                 crate::fmt_bytes(s),
@@ -284,10 +288,12 @@ impl<B: Backend> Engine<B> {
             )));
         }
         if let Some(&s) = plan.segments.iter().find(|&&s| s > self.max_segment) {
-            return Err(Error::TooLarge {
-                requested: s,
-                max_buffer_size: self.max_segment,
-            });
+            return Err(Error::InvalidArgument(format!(
+                "the plan has a segment of {}, above the largest this engine may create, {}: \
+                 plan with Foresight::plan(&trace, {align}, engine.max_segment_size())",
+                crate::fmt_bytes(s),
+                crate::fmt_bytes(self.max_segment)
+            )));
         }
         Ok(())
     }

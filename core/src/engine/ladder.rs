@@ -359,6 +359,13 @@ impl<B: Backend> Engine<B> {
     pub fn commit(&mut self, plan: SegmentPlan, segment: B::Segment) -> Result<Allocation> {
         self.check_ours(&plan)?;
         drop(plan.flight);
+        // The device was lost while this segment was made (another plan's
+        // refusal said so): nothing is handed out on it any more.
+        if let Some(why) = &self.lost {
+            let why = why.clone();
+            self.backend.destroy_segment(segment);
+            return Err(Error::DeviceLost(why));
+        }
         if !self.under_budget() {
             self.note_recreation(Released {
                 pool: plan.pool,
@@ -366,10 +373,25 @@ impl<B: Backend> Engine<B> {
                 size: plan.size,
             });
         }
+        // The new segment is counted as cached, one free block, until the
+        // request takes its block: a passing state, not a peak.
+        let pool = plan.pool as usize;
+        let peaks = |e: &Self| {
+            [&e.total, &e.pools[pool].stats].map(|s| (s.cached_bytes.peak, s.free_blocks.peak))
+        };
+        let before = peaks(self);
         let index = self.insert_segment(segment, plan.label, plan.pool, plan.class, plan.size);
         self.counters.cache_misses += 1;
         let first = self.segments[index as usize].as_ref().unwrap().first;
-        Ok(self.take_block(first, plan.rounded, plan.req))
+        let allocation = self.take_block(first, plan.rounded, plan.req);
+        for (st, (cached, free)) in [&mut self.total, &mut self.pools[pool].stats]
+            .into_iter()
+            .zip(before)
+        {
+            st.cached_bytes.rewind_peak(cached);
+            st.free_blocks.rewind_peak(free);
+        }
+        Ok(allocation)
     }
 
     /// Refuses a plan another engine made: its pool, class and bytes in
@@ -481,7 +503,24 @@ impl<B: Backend> Engine<B> {
         self.fitted_trim(pool, room.min(size).max(rounded), rounded)
     }
 
-    /// Reserves `bytes` in one pinned segment of the default pool.
+    /// Makes room under the limit for `bytes` of pinned segments the caller
+    /// asked for (a preallocation, a plan's segments), releasing cached
+    /// segments where that is enough, as a request's ladder would. Returns
+    /// the limit if even the whole cache would not make room.
+    pub(super) fn room_for_pinned(&mut self, bytes: u64) -> Option<u64> {
+        let limit = self.limit?;
+        let over = self.held().saturating_add(bytes).saturating_sub(limit);
+        if over == 0 {
+            return None;
+        }
+        if over <= self.releasable() {
+            self.release_ordered(over);
+        }
+        (self.held().saturating_add(bytes) > limit).then_some(limit)
+    }
+
+    /// Reserves `bytes` in one pinned segment of the default pool. Under a
+    /// limit, cached segments are released to make room if that is enough.
     pub fn preallocate(&mut self, bytes: u64) -> Result<()> {
         if let Some(why) = &self.lost {
             return Err(Error::DeviceLost(why.clone()));
@@ -492,19 +531,22 @@ impl<B: Backend> Engine<B> {
         // Rounded first, as a request is: the segment made is the rounded size.
         let size = round_up(bytes, self.config.alignment);
         if bytes > self.max_segment || size > self.max_segment {
-            return Err(Error::TooLarge {
-                requested: bytes,
-                max_buffer_size: self.max_segment,
-            });
+            return Err(Error::InvalidArgument(format!(
+                "cannot preallocate {}: above the largest segment this pool may create, {} (the \
+                 device's max_buffer_size, or Config::max_segment_size where that is lower); \
+                 preallocate at most that",
+                crate::fmt_bytes(bytes),
+                crate::fmt_bytes(self.max_segment)
+            )));
         }
-        if let Some(limit) = self.limit
-            && self.held() + size > limit
-        {
-            return Err(Error::Config(format!(
-                "cannot preallocate {}: the limit is {} and {} is already reserved; raise the limit or preallocate less",
+        if let Some(limit) = self.room_for_pinned(size) {
+            return Err(Error::InvalidArgument(format!(
+                "cannot preallocate {}: the limit is {} and {} is reserved, {} of it live or \
+                 pending; raise the limit, drop live blocks, or preallocate less",
                 crate::fmt_bytes(size),
                 crate::fmt_bytes(limit),
-                crate::fmt_bytes(self.total.reserved_bytes.current)
+                crate::fmt_bytes(self.total.reserved_bytes.current),
+                crate::fmt_bytes(self.held() - self.releasable())
             )));
         }
         let usage = self.config.default_usage;

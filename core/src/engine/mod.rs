@@ -43,7 +43,6 @@ use crate::backend::Backend;
 use crate::config::{Config, Growth, Limit};
 use crate::error::{Error, OomInfo, Result};
 use crate::stats::{Counters, PoolStats};
-use crate::trace::Recorder;
 use crate::types::{Allocation, Request};
 
 pub use follow::FollowStats;
@@ -91,10 +90,7 @@ pub struct Engine<B: Backend> {
     counters: Counters,
     tick: u64,
     next_address: u64,
-    recorder: Option<Recorder>,
-    /// Counts recordings begun (from 1), to tell a deferred free of this
-    /// recording from one of an earlier one or of none.
-    recording: u64,
+    recorder: Option<store::Recording>,
     observers: Vec<OomObserver>,
     lost: Option<String>,
     /// Bytes of the pinned preallocated segments ([`Engine::preallocate`]).
@@ -183,7 +179,6 @@ impl<B: Backend> Engine<B> {
             tick: 0,
             next_address: 0x7f00_0000_0000,
             recorder: None,
-            recording: 0,
             observers: Vec::new(),
             lost: None,
             preallocated: 0,
@@ -206,7 +201,11 @@ impl<B: Backend> Engine<B> {
         };
         engine.limit = engine.resolve_limit(engine.config.limit)?;
         if let Growth::Preallocate(bytes) = engine.config.growth {
-            engine.preallocate(bytes)?;
+            // The configuration asked for it: its refusal is the configuration's.
+            engine.preallocate(bytes).map_err(|e| match e {
+                Error::InvalidArgument(m) => Error::Config(m),
+                e => e,
+            })?;
         }
         Ok(engine)
     }
@@ -324,10 +323,12 @@ impl<B: Backend> Engine<B> {
         self.observers.push(f);
     }
 
-    /// Starts recording every allocate and free as RMM CSV log lines.
+    /// Starts recording every allocate and free as RMM CSV log lines: the
+    /// blocks allocated from now on, and their frees. The free of a block
+    /// already live is not logged (its allocate row is not in the log, and
+    /// no reader takes a free of what it never saw allocated).
     pub fn start_recording(&mut self) {
-        self.recorder = Some(Recorder::new());
-        self.recording += 1;
+        self.recorder = Some(store::Recording::new());
     }
 
     /// Stops recording and returns the log (header included), if recording.
@@ -340,11 +341,9 @@ impl<B: Backend> Engine<B> {
     /// ([`RecordedPlan`](crate::trace::RecordedPlan)) needs.
     pub fn take_recording(&mut self) -> Option<String> {
         for d in &self.deferred {
-            store::log_free(&mut self.recorder, self.recording, d.row);
+            store::log_free(&mut self.recorder, d.row);
         }
-        // Logged: no later recording may log them again.
-        self.recording += 1;
-        self.recorder.take().map(Recorder::finish)
+        self.recorder.take().map(store::Recording::finish)
     }
 
     /// Allocates a block: from the cache when a cached block fits, else in a
@@ -369,7 +368,7 @@ impl<B: Backend> Engine<B> {
     /// next request may reuse its bytes at once.
     pub fn free(&mut self, id: crate::BlockId) -> Result<()> {
         let (b, row) = self.take_live(id)?;
-        store::log_free(&mut self.recorder, self.recording, row);
+        store::log_free(&mut self.recorder, row);
         self.make_free(b);
         Ok(())
     }
@@ -392,7 +391,7 @@ impl<B: Backend> Engine<B> {
     /// ```
     pub fn retire(&mut self, id: crate::BlockId) -> Result<u64> {
         let (b, row) = self.take_live(id)?;
-        store::log_free(&mut self.recorder, self.recording, row);
+        store::log_free(&mut self.recorder, row);
         let before = self.counters.bytes_released;
         let segment = self.blocks[b as usize].segment;
         // Abandoned before the cache limit trims: a trim would destroy it,

@@ -15,6 +15,7 @@ use crate::error::{Error, Result};
 use crate::stats::PoolStats;
 use crate::trace::{PoolKey, Recorder};
 use crate::types::{Allocation, BlockId, Request, SegmentClass, SegmentId};
+use std::collections::HashSet;
 
 use super::Engine;
 use super::free_index::{BY_OFFSET, FreeIndex};
@@ -137,23 +138,48 @@ pub(super) struct FreeRow {
     /// The bytes its allocation asked for, as its allocate row says.
     size: u64,
     stream: u64,
-    /// The recording it belongs to (`Engine::recording` when it was made).
-    recording: u64,
 }
 
-/// Logs `row` in `recorder` if it belongs to the recording under way
-/// (`recording`): a free made before this recording began (its allocation
-/// may not be in it), or logged already by an earlier `take_recording`, is
-/// not. A deferred block's free is logged once its mark is reclaimed — its
-/// bytes are reusable from then on, or, if its segment was released
-/// meanwhile, would have been (a run that follows a plan of the recording
-/// may keep that segment, and its bytes stay pending till then); addresses
-/// are never reused, so a late free names its block.
-pub(super) fn log_free(recorder: &mut Option<Recorder>, recording: u64, row: Option<FreeRow>) {
-    if let (Some(r), Some(row)) = (recorder, row)
-        && row.recording == recording
+/// A recording under way: its log, and the addresses of the blocks it has
+/// logged allocated and not yet freed.
+pub(super) struct Recording {
+    log: Recorder,
+    live: HashSet<u64>,
+}
+
+impl Recording {
+    pub(super) fn new() -> Self {
+        Recording {
+            log: Recorder::new(),
+            live: HashSet::new(),
+        }
+    }
+
+    pub(super) fn allocated(&mut self, address: u64, size: u64, stream: u64) {
+        self.live.insert(address);
+        self.log.record(true, address, size, stream);
+    }
+
+    pub(super) fn finish(self) -> String {
+        self.log.finish()
+    }
+}
+
+/// Logs `row` in `recording` if its block's allocation is in it: the free
+/// of a block allocated before the recording began, or in an earlier one,
+/// has no allocate row there (a log that frees what it never allocated is
+/// one no reader takes), and one logged already by `take_recording` is
+/// gone from `live`. A deferred block's free is logged once its mark is
+/// reclaimed — its bytes are reusable from then on, or, if its segment was
+/// released meanwhile, would have been (a run that follows a plan of the
+/// recording may keep that segment, and its bytes stay pending till then);
+/// no other block is given its address meanwhile, so a late free names its
+/// block.
+pub(super) fn log_free(recording: &mut Option<Recording>, row: Option<FreeRow>) {
+    if let (Some(r), Some(row)) = (recording, row)
+        && r.live.remove(&row.address)
     {
-        r.record(false, row.address, row.size, row.stream);
+        r.log.record(false, row.address, row.size, row.stream);
     }
 }
 
@@ -364,7 +390,7 @@ impl<B: Backend> Engine<B> {
             self.allocated_since_reclaim.saturating_add(block_size)
         };
         if let Some(r) = &mut self.recorder {
-            r.record(true, address, req.size, self.pools[pool].key().stream());
+            r.allocated(address, req.size, self.pools[pool].key().stream());
         }
         Allocation {
             id: BlockId {
@@ -455,7 +481,6 @@ impl<B: Backend> Engine<B> {
             address,
             size: requested,
             stream: self.pools[pool as usize].key().stream(),
-            recording: self.recording,
         });
         Ok((b, row))
     }
