@@ -19,6 +19,11 @@ pub struct OomInfo {
     /// submitted yet: not reusable until the pool learns of a submit
     /// (`Pool::submit`); counted in `reserved`, not in `cached`.
     pub pending: u64,
+    /// Bytes of segments being made for other requests (an `alloc_async`
+    /// awaiting the device): counted against the limit, not yet in
+    /// `reserved`.
+    #[serde(default)]
+    pub in_flight: u64,
     /// The hard limit in force, if any.
     pub limit: Option<u64>,
     /// `true` when the device itself refused the segment, `false` when the
@@ -55,7 +60,7 @@ pub enum Error {
     /// the cache was released, or the limit refused it because not even the
     /// whole cache, released, would make room (the cache is then kept).
     #[error(
-        "out of memory: tried to allocate {req}; {alloc} allocated, {res} reserved ({cached} cached, {kept}{pending}), limit {limit}{who}. \
+        "out of memory: tried to allocate {req}; {alloc} allocated, {res} reserved ({cached} cached, {kept}{pending}), limit {limit}{flight}{who}. \
          Drop live buffers you no longer need, {advice}",
         req = fmt_bytes(.0.requested),
         alloc = fmt_bytes(.0.allocated),
@@ -66,6 +71,9 @@ pub enum Error {
         },
         limit = .0.limit.map(fmt_bytes).unwrap_or_else(|| "none".into()),
         who = if .0.device_refused { "; the device refused the segment" } else { "" },
+        flight = if .0.in_flight == 0 { String::new() } else {
+            format!("; {} being made for other requests, counted against the limit", fmt_bytes(.0.in_flight))
+        },
         kept = if .0.device_refused { "not releasable" } else { "kept: releasing it would not make room" },
         advice = if .0.device_refused {
             "call empty_cache() (here, and in other pools on the same device), or use smaller batches: \

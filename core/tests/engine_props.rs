@@ -1333,3 +1333,29 @@ fn a_memory_fraction_that_cannot_be_is_refused_by_validate() {
         assert!(c.validate().unwrap_err().contains("fraction"), "{f}");
     }
 }
+
+#[test]
+fn an_out_of_memory_beside_a_segment_being_made_says_so() {
+    // A segment being made (alloc_async awaiting the device) counts against
+    // the limit before it is reserved: the refusal read "0 B allocated, 0 B
+    // reserved" under a 64 MiB limit, naming nothing that held it.
+    let mib = 1u64 << 20;
+    let config = Config {
+        limit: Some(Limit::Bytes(64 * mib)),
+        ..Config::default()
+    };
+    let mut e = Engine::new(SimulatedDevice::new(1 << 30), config).unwrap();
+    let Planned::Create(plan) = e.plan(Request::new(40 * mib, 0)).unwrap() else {
+        unreachable!("nothing is cached")
+    };
+    let Err(Error::OutOfMemory(info)) = e.allocate(Request::new(40 * mib, 0)) else {
+        panic!("the limit holds the plan's 40 MiB")
+    };
+    assert_eq!((info.reserved, info.in_flight), (0, 40 * mib));
+    let text = Error::OutOfMemory(info).to_string();
+    assert!(
+        text.contains("40.00 MiB being made for other requests"),
+        "{text}"
+    );
+    e.cancel(plan);
+}

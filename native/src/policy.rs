@@ -293,6 +293,7 @@ impl<B: Backend> Buffers<B> {
             reserved: self.f.reserved,
             cached: self.f.cached,
             pending: 0,
+            in_flight: 0,
             limit: self.limit,
             device_refused,
         })

@@ -432,6 +432,7 @@ impl<B: Backend> Engine<B> {
             reserved: self.total.reserved_bytes.current,
             cached: self.total.cached_bytes.current,
             pending: self.total.pending_bytes.current,
+            in_flight: self.in_flight.load(std::sync::atomic::Ordering::Relaxed),
             limit: self.limit,
             device_refused,
         };

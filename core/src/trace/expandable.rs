@@ -527,6 +527,7 @@ impl Expandable {
             reserved: self.stats.reserved,
             cached: self.stats.reserved - self.stats.allocated,
             pending: 0,
+            in_flight: 0,
             limit: self.limit,
             device_refused,
         })
