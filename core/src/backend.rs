@@ -85,6 +85,12 @@ pub trait Backend {
         let _ = usage;
         None
     }
+    /// Why the device is lost, if the backend learned so other than through
+    /// a refused create (wgpu: the device's lost callback). The engine serves
+    /// nothing once it is, not even from its cache. `None` by default.
+    fn lost(&self) -> Option<String> {
+        None
+    }
     /// The largest segment the device can create (wgpu: `max_buffer_size`).
     fn max_segment_size(&self) -> u64;
     /// Total device memory, if known; used by [`Limit::Fraction`](crate::Limit::Fraction).

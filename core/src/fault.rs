@@ -160,7 +160,13 @@ impl Faults {
     /// Counts a segment of `size` bytes given back. Backends call this.
     pub fn on_release(&self, size: u64) {
         let mut s = self.state();
-        s.held -= size;
+        s.held = s.held.checked_sub(size).unwrap_or_else(|| {
+            panic!(
+                "a segment of {size} bytes was given back with {} held: one the injector \
+                 never counted (a refused create kept?)",
+                s.held
+            )
+        });
     }
 }
 
@@ -234,6 +240,9 @@ impl<B: Backend> Backend for Faulty<B> {
         self.inner.flush_moves();
     }
 
+    fn lost(&self) -> Option<String> {
+        self.inner.lost()
+    }
     fn max_segment_size(&self) -> u64 {
         self.inner.max_segment_size()
     }

@@ -438,6 +438,8 @@ fn a_device_lost_while_creating_fails_every_later_request_on_both_paths() {
             .unwrap_err();
         assert!(matches!(err, Error::DeviceLost(_)), "{path:?}: {err}");
         assert_eq!(pool.stats().counters.ooms, 0);
+        // The pool knows it too (its observers were told).
+        assert!(pool.device_lost().is_some(), "{path:?}");
         pool.check_invariants().unwrap();
     }
 }

@@ -350,6 +350,33 @@ async fn a_device_refusal_in_the_browser_takes_the_ladder_and_changes_no_figure(
 }
 
 #[wasm_bindgen_test]
+async fn a_refusal_on_the_browsers_synchronous_path_is_taken() {
+    // The preallocation (and a followed plan's segments) are made at once in
+    // the browser, their scopes' answer unread. The fault injector's answer
+    // is known at once: it was ignored, the refused segment kept, and its
+    // bytes given back to the injector later though never counted (an
+    // overflow panic in this debug build).
+    use vrampool::fault::{Fault, Faults};
+    let (_, device, queue) = vrampool_web::open_webgpu().await.expect("WebGPU");
+    let faults = Faults::new();
+    faults.refuse(1, Fault::OutOfMemory);
+    let options = PoolOptions {
+        config: Config {
+            growth: vrampool::Growth::Preallocate(1 << 20),
+            ..Config::default()
+        },
+        faults: Some(faults.clone()),
+        ..PoolOptions::default()
+    };
+    let err = Pool::new(device, queue, options).err().expect("refused");
+    assert!(
+        matches!(&err, Error::OutOfMemory(i) if i.device_refused),
+        "{err}"
+    );
+    assert_eq!((faults.creates(), faults.held()), (1, 0));
+}
+
+#[wasm_bindgen_test]
 async fn an_allocation_dropped_while_the_device_checks_its_segment_loses_nothing() {
     // A page drops an `alloc_async` future when what awaited it goes away
     // (a component unmounted, a `select!` that took its other arm). In the

@@ -197,7 +197,7 @@ impl<B: Backend> Engine<B> {
                     }
                     Ok(s) => {
                         segments.push(s);
-                        Error::Config(format!(
+                        Error::InvalidArgument(format!(
                             "the engine holds {s} segment slots: a plan's segments must have an \
                              index under {MAX_PLANNED_INDEX}; empty the cache first"
                         ))

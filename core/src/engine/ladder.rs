@@ -106,13 +106,24 @@ impl SegmentPlan {
 }
 
 impl<B: Backend> Engine<B> {
+    /// `DeviceLost` once the device is known lost: by a refused create, or
+    /// by the backend (wgpu's lost callback), whose word is kept.
+    #[inline]
+    fn check_lost(&mut self) -> Result<()> {
+        if self.lost.is_none() {
+            self.lost = self.backend.lost();
+        }
+        match &self.lost {
+            Some(why) => Err(Error::DeviceLost(why.clone())),
+            None => Ok(()),
+        }
+    }
+
     /// The pool (made on first use), class and rounded size of a request the
     /// engine may serve, or why it may not (device lost, size 0, larger than
     /// a buffer).
     fn admit(&mut self, req: &Request) -> Result<(u16, SegmentClass, u64)> {
-        if let Some(why) = &self.lost {
-            return Err(Error::DeviceLost(why.clone()));
-        }
+        self.check_lost()?;
         if req.size == 0 {
             return Err(Error::ZeroSize);
         }
@@ -360,11 +371,10 @@ impl<B: Backend> Engine<B> {
         self.check_ours(&plan)?;
         drop(plan.flight);
         // The device was lost while this segment was made (another plan's
-        // refusal said so): nothing is handed out on it any more.
-        if let Some(why) = &self.lost {
-            let why = why.clone();
+        // refusal, or the backend, says so): nothing is handed out on it.
+        if let Err(lost) = self.check_lost() {
             self.backend.destroy_segment(segment);
-            return Err(Error::DeviceLost(why));
+            return Err(lost);
         }
         if !self.under_budget() {
             self.note_recreation(Released {
@@ -522,9 +532,7 @@ impl<B: Backend> Engine<B> {
     /// Reserves `bytes` in one pinned segment of the default pool. Under a
     /// limit, cached segments are released to make room if that is enough.
     pub fn preallocate(&mut self, bytes: u64) -> Result<()> {
-        if let Some(why) = &self.lost {
-            return Err(Error::DeviceLost(why.clone()));
-        }
+        self.check_lost()?;
         if bytes == 0 {
             return Ok(());
         }

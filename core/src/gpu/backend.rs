@@ -54,6 +54,13 @@ pub(super) struct PendingSegment {
     /// The bytes the fault injector counted as held; nothing when no fault
     /// injector is set, or when it refused the segment itself.
     counted: Option<(Faults, u64)>,
+    /// A refusal the fault injector made (known at once, unlike the
+    /// device's): the browser's synchronous path takes it without awaiting.
+    #[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
+    injected: Option<Fault>,
+    /// The device's lost state: wgpu swallows the errors of a lost device,
+    /// so scopes that come back clean say nothing of a loss met meanwhile.
+    lost: Arc<LostState>,
 }
 
 impl PendingSegment {
@@ -69,15 +76,30 @@ impl PendingSegment {
             Some(scope) => scope.await,
             None => None,
         };
-        classify(oom, validation)?;
+        if let Err(refusal) = classify(oom, validation) {
+            if let DeviceError::Lost(why) = &refusal {
+                // The pool learns of it too, and tells its observers.
+                self.lost.lose(why.clone());
+            }
+            return Err(refusal);
+        }
+        // Lost while it was made (the driver's error, which wgpu reports
+        // through the lost callback alone) or while the scopes were awaited.
+        if let Some(why) = self.lost.why() {
+            return Err(DeviceError::Lost(why.to_string()));
+        }
         Ok(self.keep())
     }
 
-    /// The segment, taken without its answer (the browser's synchronous
-    /// path, which cannot wait for it).
+    /// The segment, taken without the device's answer (the browser's
+    /// synchronous path, which cannot wait for it); a refusal the fault
+    /// injector made is known already, and taken.
     #[cfg(target_arch = "wasm32")]
-    fn unchecked(self) -> wgpu::Buffer {
-        self.keep()
+    fn unchecked(mut self) -> Result<wgpu::Buffer, DeviceError> {
+        match self.injected.take() {
+            Some(fault) => Err(fault.device_error()),
+            None => Ok(self.keep()),
+        }
     }
 
     fn keep(mut self) -> wgpu::Buffer {
@@ -250,7 +272,7 @@ impl WgpuBackend {
         shielded(|| {
             let _ = self.device.poll(wgpu::PollType::Poll);
         });
-        if let Some(why) = self.lost() {
+        if let Some(why) = self.lost.why() {
             return Err(DeviceError::Lost(why.to_string()));
         }
         let injected = self.faults.as_ref().map(|f| f.on_create(desc.size));
@@ -270,7 +292,8 @@ impl WgpuBackend {
             (Box::pin(oom.pop()), Box::pin(validation.pop()));
         // An injected refusal replaces the scopes' answer with the error wgpu
         // would give, so it takes the same path as a real one.
-        let (oom, validation) = match injected.flatten() {
+        let refused = injected.flatten();
+        let (oom, validation) = match refused {
             Some(Fault::OutOfMemory) => (
                 answered(Some(wgpu::Error::OutOfMemory {
                     source: "out of memory (injected)".into(),
@@ -295,12 +318,9 @@ impl WgpuBackend {
             oom: Some(oom),
             validation: Some(validation),
             counted,
+            injected: refused,
+            lost: Arc::clone(&self.lost),
         })
-    }
-
-    /// Why the device was lost, once its lost callback has run.
-    fn lost(&self) -> Option<&str> {
-        self.lost.why()
     }
 }
 
@@ -433,7 +453,7 @@ impl Backend for WgpuBackend {
         }
         #[cfg(target_arch = "wasm32")]
         {
-            Ok(pending.unchecked())
+            pending.unchecked()
         }
     }
 
@@ -460,6 +480,10 @@ impl Backend for WgpuBackend {
         shielded(|| {
             let _ = self.device.poll(wgpu::PollType::Poll);
         });
+    }
+
+    fn lost(&self) -> Option<String> {
+        self.lost.why().map(str::to_string)
     }
 
     fn max_segment_size(&self) -> u64 {
@@ -542,5 +566,35 @@ mod tests {
         // Once: a second report changes nothing.
         state.lose_from_driver("again".into());
         assert!(heard.recv_timeout(Duration::from_millis(200)).is_err());
+    }
+
+    #[test]
+    fn a_segment_made_as_the_device_is_lost_is_refused_and_so_is_the_cache() {
+        // A driver's loss inside create_buffer reaches the pool through the
+        // lost callback alone (wgpu drops the error of a lost device), so
+        // the segment's scopes come back clean: its answer was Ok, and the
+        // engine, which had heard nothing, handed a block out on it.
+        let (device, _queue) = crate::example_device().unwrap();
+        let backend = WgpuBackend::new(&device, None);
+        let lost = Arc::clone(&backend.lost);
+        let desc = SegmentDesc {
+            size: 1 << 20,
+            usage: wgpu::BufferUsages::STORAGE.bits(),
+            label: "test",
+        };
+        let control = pollster::block_on(backend.begin_create(&desc).unwrap().outcome());
+        assert!(control.is_ok(), "{:?}", control.err());
+        let mut engine = crate::Engine::new(backend, crate::Config::default()).unwrap();
+        let cached = engine
+            .allocate(crate::Request::new(4096, desc.usage))
+            .unwrap();
+        engine.free(cached.id).unwrap();
+        let pending = engine.backend().begin_create(&desc).unwrap();
+        lost.lose_from_driver("the driver lost the device".into());
+        let made = pollster::block_on(pending.outcome());
+        assert!(matches!(made, Err(DeviceError::Lost(_))), "{made:?}");
+        // The engine takes the backend's word: not even its cache serves.
+        let hit = engine.allocate(crate::Request::new(4096, desc.usage));
+        assert!(matches!(hit, Err(crate::Error::DeviceLost(_))), "{hit:?}");
     }
 }

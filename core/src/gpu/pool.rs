@@ -1306,8 +1306,9 @@ impl Pool {
     /// ([`Pool::take_recording`]), pool by pool, with this pool's alignment
     /// and largest buffer: what [`Pool::follow`] takes on a later run. The
     /// plan is serde (save it as JSON and load it in the next process).
-    /// Record from the workload's first allocation on: a free of a block
-    /// allocated before the recording began is an error.
+    /// Record from the workload's first allocation on: a block allocated
+    /// before the recording began is not in the log (nor its free), so the
+    /// plan leaves it out.
     ///
     /// A log that is not a valid trace is an [`Error::Trace`]; one with a
     /// stream no pool writes, or an allocation larger than this pool's

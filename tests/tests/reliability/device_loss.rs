@@ -119,6 +119,32 @@ fn once_the_device_is_polled_even_a_cache_hit_fails() {
 }
 
 #[test]
+fn a_block_parked_in_the_front_cache_before_the_loss_is_not_handed_out() {
+    // The tests above read figures before the loss, which hands parked
+    // blocks back to the engine: this one does not, so the request would be
+    // a front-cache hit, served without the engine.
+    let (device, queue, _) = device();
+    let pool = Pool::new(device.clone(), queue, PoolOptions::default()).unwrap();
+    let desc = AllocDesc::storage(1 << 20).read_write();
+    // The control: the same steps on a live device are a front-cache hit.
+    drop(pool.alloc(desc).unwrap());
+    pool.submitted();
+    let hit = pool.alloc(desc).unwrap();
+    assert_eq!(pool.stats().counters.front_hits, 1, "the control's hit");
+    drop(hit);
+    pool.submitted();
+    device.destroy();
+    let _ = device.poll(wgpu::PollType::Poll);
+    lost(pool.alloc(desc));
+    lost(pollster::block_on(pool.alloc_async(desc)));
+    assert_eq!(
+        pool.stats().counters.front_hits,
+        1,
+        "no hit on the lost device"
+    );
+}
+
+#[test]
 fn the_newest_pool_on_a_device_holds_its_lost_callback() {
     // wgpu keeps one lost callback per device: the pool made last holds it
     // (the documented rule: one pool per device, shared).
