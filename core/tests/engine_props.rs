@@ -214,6 +214,13 @@ proptest! {
                             );
                             prop_assert!(a.size >= size);
                             prop_assert_eq!(a.offset % 256, 0);
+                            // Checked here, against every live block's range
+                            // as handed out (the snapshot's overlap check
+                            // reads the engine's own books).
+                            prop_assert!(
+                                live.iter().all(|l| r.1 <= l.2.0 || l.2.1 <= r.0),
+                                "a live block's bytes were handed out again: {:?}", r
+                            );
                             live.push((a.id, a.size, r));
                         }
                         Err(Error::OutOfMemory(info)) => {
@@ -246,6 +253,11 @@ proptest! {
                 Op::PlanCancel(size) => match engine.plan(Request::new(size, 0)) {
                     Ok(Planned::Hit(a)) => {
                         let r = range(&engine, &a);
+                        prop_assert!(
+                            live.iter().all(|l| r.1 <= l.2.0 || l.2.1 <= r.0)
+                                && pending.iter().all(|p| r.1 <= p.0 || p.1 <= r.0),
+                            "a hit handed out live or pending bytes: {:?}", r
+                        );
                         live.push((a.id, a.size, r));
                     }
                     Ok(Planned::Create(plan)) => {

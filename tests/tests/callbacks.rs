@@ -685,7 +685,7 @@ fn a_callback_panic_in_an_async_allocations_releases_cancels_its_plan() {
     };
     let pool = pool_with(config, Reuse::Immediate, false);
     let p = Arc::clone(&pool);
-    let caught = finishes("a panic from a callback of the release's poll", move || {
+    let (message, made) = finishes("a panic from a callback of the release's poll", move || {
         drop(p.alloc(AllocDesc::storage(96 << 20).read_write()).unwrap());
         let weak = Arc::downgrade(&p);
         let staging = map_with(&p, move || {
@@ -693,16 +693,18 @@ fn a_callback_panic_in_an_async_allocations_releases_cancels_its_plan() {
                 let _ = pool.stats();
             }
         });
+        let before = p.stats().counters.device_allocs;
         let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let _ = pollster::block_on(p.alloc_async(AllocDesc::storage(64 << 20).read_write()));
         }));
         drop(staging);
-        caught.is_err()
+        let made = p.stats().counters.device_allocs - before;
+        (caught.err().map(message_of), made)
     });
-    assert!(
-        caught,
-        "the callback's panic did not come out of alloc_async"
-    );
+    let message = message.expect("the callback's panic did not come out of alloc_async");
+    assert!(message.contains("wgpu callback"), "{message}");
+    // Cancelled before its segment was made: none was.
+    assert_eq!(made, 0, "a segment was made for the cancelled plan");
     assert_eq!(allocated(&pool), 0);
     let again = (
         pool.alloc(new_segment()).unwrap(),

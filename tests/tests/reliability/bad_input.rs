@@ -264,9 +264,21 @@ fn labels_with_any_characters_survive_every_report() {
     for l in labels {
         assert!(leaks.iter().any(|k| k.label.as_deref() == Some(l)));
     }
-    let snap = serde_json::to_string(&pool.snapshot()).unwrap();
+    let snapshot = pool.snapshot();
+    let mut shown: Vec<&str> = snapshot
+        .segments
+        .iter()
+        .flat_map(|s| &s.blocks)
+        .filter(|b| b.state == vrampool::SnapshotState::Live)
+        .filter_map(|b| b.label.as_deref())
+        .collect();
+    let mut want = labels.to_vec();
+    shown.sort_unstable();
+    want.sort_unstable();
+    assert!(shown == want, "the snapshot's labels are the blocks' own");
+    let snap = serde_json::to_string(&snapshot).unwrap();
     let back: vrampool::Snapshot = serde_json::from_str(&snap).unwrap();
-    assert_eq!(back, pool.snapshot());
+    assert_eq!(back, snapshot);
     assert!(!pool.memory_summary().is_empty());
     drop(blocks);
     // The recording (labels are not part of RMM's format) still parses.

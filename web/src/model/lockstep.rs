@@ -368,6 +368,10 @@ pub(crate) mod tests {
                 "{name}: {} bytes reserved, {:.3} × peak live (PyTorch's scheme {})",
                 ours.peak_reserved, ours.reserved_ratio, pytorch.peak_reserved
             );
+            // The bar itself, not only as `Targets` holds it.
+            let bound = 1.10 * ours.peak_live as f64 + (2u64 << 20) as f64;
+            assert!(ours.peak_reserved as f64 <= bound, "{name}");
+            assert!(ours.peak_reserved <= pytorch.peak_reserved, "{name}");
         }
     }
 
