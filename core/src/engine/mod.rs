@@ -326,7 +326,9 @@ impl<B: Backend> Engine<B> {
     /// Starts recording every allocate and free as RMM CSV log lines: the
     /// blocks allocated from now on, and their frees. The free of a block
     /// already live is not logged (its allocate row is not in the log, and
-    /// no reader takes a free of what it never saw allocated).
+    /// no reader takes a free of what it never saw allocated). To read a
+    /// recording as it goes, [`Engine::drain_recording`]: a recording
+    /// stopped and started again is a new one.
     pub fn start_recording(&mut self) {
         self.recorder = Some(store::Recording::new());
     }
@@ -344,6 +346,29 @@ impl<B: Backend> Engine<B> {
             store::log_free(&mut self.recorder, d.row);
         }
         self.recorder.take().map(store::Recording::finish)
+    }
+
+    /// The log so far (header included), if recording, and the recording
+    /// goes on: the next drain's (or [`Engine::take_recording`]'s) log
+    /// continues this one, the frees of blocks this one logged allocated
+    /// included, so the logs past their headers, joined in order, read as
+    /// one. A deferred free still pending is logged when its bytes become
+    /// reusable, in a later log.
+    ///
+    /// ```
+    /// use vrampool::{Config, Engine, Request, SimulatedDevice, Trace};
+    /// let mut e = Engine::new(SimulatedDevice::new(1 << 30), Config::default())?;
+    /// e.start_recording();
+    /// let a = e.allocate(Request::new(4096, 0))?;
+    /// let first = e.drain_recording().unwrap();
+    /// e.free(a.id)?;
+    /// let second = e.take_recording().unwrap();
+    /// let joined = format!("{first}{}", second.split_once('\n').unwrap().1);
+    /// assert_eq!(Trace::parse("joined", joined.as_bytes())?.events.len(), 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn drain_recording(&mut self) -> Option<String> {
+        self.recorder.as_mut().map(store::Recording::drain)
     }
 
     /// Allocates a block: from the cache when a cached block fits, else in a

@@ -163,6 +163,11 @@ impl Recording {
     pub(super) fn finish(self) -> String {
         self.log.finish()
     }
+
+    /// The log so far; the recording goes on with the same live blocks.
+    pub(super) fn drain(&mut self) -> String {
+        std::mem::take(&mut self.log).finish()
+    }
 }
 
 /// Logs `row` in `recording` if its block's allocation is in it: the free

@@ -1302,6 +1302,15 @@ impl Pool {
         log
     }
 
+    /// The log so far, if recording, and the recording goes on
+    /// ([`Engine::drain_recording`]: the logs joined in order, past their
+    /// headers, read as one). A recording stopped with
+    /// [`Pool::take_recording`] and started again is a new one, which
+    /// leaves out the frees of blocks allocated before it.
+    pub fn drain_recording(&self) -> Option<String> {
+        self.inner.engine_reported().drain_recording()
+    }
+
     /// Plans a recording of a run of this pool's workload
     /// ([`Pool::take_recording`]), pool by pool, with this pool's alignment
     /// and largest buffer: what [`Pool::follow`] takes on a later run. The

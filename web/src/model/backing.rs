@@ -79,6 +79,10 @@ pub trait Backing {
     /// Stops recording and returns the log (header first), if recording.
     fn take_recording(&self) -> Option<String>;
 
+    /// The log so far (header first), if recording, the recording going on:
+    /// the next log continues it (`Engine::drain_recording`).
+    fn drain_recording(&self) -> Option<String>;
+
     /// Why the device was lost, once it was.
     fn device_lost(&self) -> Option<String> {
         None
@@ -144,6 +148,9 @@ impl Backing for Pool {
     }
     fn take_recording(&self) -> Option<String> {
         Pool::take_recording(self)
+    }
+    fn drain_recording(&self) -> Option<String> {
+        Pool::drain_recording(self)
     }
     fn device_lost(&self) -> Option<String> {
         Pool::device_lost(self).map(str::to_owned)
@@ -227,6 +234,9 @@ impl Backing for Simulated {
     }
     fn take_recording(&self) -> Option<String> {
         self.engine.borrow_mut().take_recording()
+    }
+    fn drain_recording(&self) -> Option<String> {
+        self.engine.borrow_mut().drain_recording()
     }
 }
 

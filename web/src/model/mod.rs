@@ -401,12 +401,11 @@ impl Model {
     /// Moves what the pool recorded since the last call into the page's
     /// recording (and goes on recording, unless it is full).
     pub fn collect_recording(&mut self) {
-        let Some(log) = self.backing.take_recording() else {
+        let Some(log) = self.backing.drain_recording() else {
             return;
         };
-        if self.recording.add(&log) {
-            self.backing.start_recording();
-        } else {
+        if !self.recording.add(&log) {
+            let _ = self.backing.take_recording();
             self.say(format!(
                 "recording stopped at {} events (the most the page keeps)",
                 self.recording.events()
@@ -437,10 +436,10 @@ impl Model {
     /// its own pool's events after it.
     pub fn continue_recording(&mut self, mut earlier: Recording) {
         earlier.next_pool();
-        if let Some(log) = self.backing.take_recording()
-            && earlier.add(&log)
+        if let Some(log) = self.backing.drain_recording()
+            && !earlier.add(&log)
         {
-            self.backing.start_recording();
+            let _ = self.backing.take_recording();
         }
         self.recording = earlier;
     }

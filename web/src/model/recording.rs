@@ -107,16 +107,18 @@ mod tests {
             let a = e.allocate(Request::new(1000, 0)).unwrap();
             let b = e.allocate(Request::new(5000, 0)).unwrap();
             e.free(a.id).unwrap();
-            // Asked in the middle: the log goes on where it stopped.
-            assert!(rec.add(&e.take_recording().unwrap()));
-            e.start_recording();
+            // Asked in the middle: the log goes on where it stopped, and
+            // `b`'s free, made in the next log, is logged there.
+            assert!(rec.add(&e.drain_recording().unwrap()));
             let c = e.allocate(Request::new(3000, 0)).unwrap();
             e.free(c.id).unwrap();
+            e.free(b.id).unwrap();
+            let b = e.allocate(Request::new(5000, 0)).unwrap();
             // `b` stays live as the next pool starts at the same addresses.
             assert!(rec.add(&e.take_recording().unwrap()));
             held.push((e, b));
             rec.next_pool();
-            assert_eq!(rec.events(), 5 * (pool + 1));
+            assert_eq!(rec.events(), 7 * (pool + 1));
         }
         let t = Trace::parse("page", rec.csv().as_bytes()).unwrap();
         assert_eq!(t.events.len() as u64, rec.events());
