@@ -72,7 +72,11 @@ pub enum Error {
         limit = .0.limit.map(fmt_bytes).unwrap_or_else(|| "none".into()),
         who = if .0.device_refused { "; the device refused the segment" } else { "" },
         flight = if .0.in_flight == 0 { String::new() } else {
-            format!("; {} being made for other requests, counted against the limit", fmt_bytes(.0.in_flight))
+            format!(
+                "; {} being made for other requests{}",
+                fmt_bytes(.0.in_flight),
+                if .0.limit.is_some() { ", counted against the limit" } else { "" }
+            )
         },
         kept = if .0.device_refused { "not releasable" } else { "kept: releasing it would not make room" },
         advice = if .0.device_refused {

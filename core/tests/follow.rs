@@ -220,7 +220,11 @@ fn a_plan_followed_again_under_a_limit_takes_the_place_of_the_cache() {
     let live = e.allocate(vrampool::Request::new(2 * MIB, 7)).unwrap();
     let err = e.follow(&plan, 0).unwrap_err();
     assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
-    assert!(err.to_string().contains("live or pending"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("2.00 MiB is reserved, 2.00 MiB of it in segments that hold live blocks"),
+        "{err}"
+    );
     e.free(live.id).unwrap();
     // preallocate makes room the same way.
     e.empty_cache();

@@ -393,7 +393,8 @@ impl<B: Backend> Policy for NoCache<B> {
 
 /// Whole buffers cached by power-of-two size class (at least 256 B); a
 /// request above the device's largest buffer class gets its exact size. The
-/// cache is released only when a new buffer would not fit the budget.
+/// cache is released only when a new buffer would not fit the budget, or
+/// the device refuses it (then the buffer is asked for once more).
 pub struct SizeClass<B: Backend> {
     dev: Buffers<B>,
     cache: HashMap<u64, Vec<usize>>,

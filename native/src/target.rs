@@ -19,8 +19,8 @@ pub enum Target {
         /// PCI bus id, when the driver gives one (to find it in nvidia-smi).
         bus: String,
         /// Index among the NVIDIA adapters of its backend (nvidia-smi's
-        /// order, where the driver gives no bus id); 0 for other vendors.
-        index: usize,
+        /// order, where the driver gives no bus id); none for other vendors.
+        index: Option<usize>,
     },
 }
 
@@ -37,12 +37,14 @@ impl Target {
         let info = adapter.get_info();
         // Counted among NVIDIA's adapters of the same backend only: a
         // software or GL adapter listed before it is no row of nvidia-smi.
-        let index = device::adapters()
-            .iter()
-            .take(index)
-            .map(|a| a.get_info())
-            .filter(|a| a.vendor == NVIDIA && a.backend == info.backend)
-            .count();
+        let index = (info.vendor == NVIDIA).then(|| {
+            device::adapters()
+                .iter()
+                .take(index)
+                .map(|a| a.get_info())
+                .filter(|a| a.vendor == NVIDIA && a.backend == info.backend)
+                .count()
+        });
         Ok(Target::Gpu {
             device,
             queue,
@@ -101,7 +103,7 @@ const NVIDIA: u32 = 0x10de;
 /// place among the NVIDIA adapters of its backend, is used, since Vulkan
 /// lists NVIDIA GPUs in nvidia-smi's order (checked on two H200s:
 /// `--adapter 1` filled GPU 1).
-pub fn nvidia_smi_used(bus: &str, index: usize) -> Option<u64> {
+pub fn nvidia_smi_used(bus: &str, index: Option<usize>) -> Option<u64> {
     let out = std::process::Command::new("nvidia-smi")
         .args([
             "--query-gpu=pci.bus_id,memory.used",
@@ -121,7 +123,7 @@ pub fn nvidia_smi_used(bus: &str, index: usize) -> Option<u64> {
     let row = rows
         .iter()
         .find(|(b, _)| !want.is_empty() && tail(b) == want)
-        .or(rows.get(index))?;
+        .or_else(|| rows.get(index?))?;
     let mib: u64 = row.1.parse().ok()?;
     Some(mib << 20)
 }

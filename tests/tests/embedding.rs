@@ -911,8 +911,8 @@ fn a_run_following_the_plan_of_its_recording_never_mixes_owners() {
     // of their own, so their pool is left out), dropped before and after
     // their dispatches are submitted. The plan places every request
     // of those pools (though the recorded run's soft headroom released
-    // segments holding pending blocks: their frees are recorded when the
-    // submit covers them, as the followed run sees them), the run makes no
+    // segments holding pending blocks: their frees are recorded as those
+    // segments go, not at the drop), the run makes no
     // segment beyond the plan's, and the GPU sees every owner's bytes as its
     // own.
     let (ops, seed) = (6_000, 0xf011_0e55);

@@ -103,7 +103,7 @@ impl<B: Backend> Engine<B> {
     /// in `largest_free_block`. A plan followed before is given up first.
     /// Under a limit, cached segments are released to make room for the
     /// plan's, as a request's would be; a plan that does not fit beside what
-    /// is live or pending, or that this engine cannot follow (another
+    /// cannot be released, or that this engine cannot follow (another
     /// alignment, a segment above [`Engine::max_segment_size`]), is an
     /// [`Error::InvalidArgument`] and pins nothing.
     ///
@@ -146,6 +146,7 @@ impl<B: Backend> Engine<B> {
     }
 
     fn follow_pools(&mut self, plans: &[(PoolKey, &Foresight)]) -> Result<()> {
+        self.check_lost()?;
         self.stop_following();
         let align = self.config.alignment;
         for (i, (key, plan)) in plans.iter().enumerate() {
@@ -174,12 +175,11 @@ impl<B: Backend> Engine<B> {
         let planned: u64 = plans.iter().map(|(_, p)| p.reserved()).sum();
         if let Some(limit) = self.room_for_pinned(planned) {
             return Err(Error::InvalidArgument(format!(
-                "cannot follow a plan of {}: the limit is {} and {} is reserved, {} of it live \
-                 or pending; raise the limit, drop live blocks, or follow without one",
+                "cannot follow a plan of {}: the limit is {} and {}; raise the limit, drop \
+                 live blocks, or follow without one",
                 crate::fmt_bytes(planned),
                 crate::fmt_bytes(limit),
-                crate::fmt_bytes(self.total.reserved_bytes.current),
-                crate::fmt_bytes(self.held() - self.releasable())
+                self.held_words()
             )));
         }
         let mut followed: Vec<Following> = Vec::with_capacity(plans.len());

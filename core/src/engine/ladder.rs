@@ -109,7 +109,7 @@ impl<B: Backend> Engine<B> {
     /// `DeviceLost` once the device is known lost: by a refused create, or
     /// by the backend (wgpu's lost callback), whose word is kept.
     #[inline]
-    fn check_lost(&mut self) -> Result<()> {
+    pub(super) fn check_lost(&mut self) -> Result<()> {
         if self.lost.is_none() {
             self.lost = self.backend.lost();
         }
@@ -366,7 +366,9 @@ impl<B: Backend> Engine<B> {
 
     /// Takes in the segment the backend created for `plan` and hands out the
     /// request's block in it. A plan another engine made is an error (the
-    /// segment is dropped with it, and the plan stops counting in its engine).
+    /// segment is dropped with it, and the plan stops counting in its engine);
+    /// so is a device known lost by now (`DeviceLost`: the segment is
+    /// destroyed, nothing handed out on it).
     pub fn commit(&mut self, plan: SegmentPlan, segment: B::Segment) -> Result<Allocation> {
         self.check_ours(&plan)?;
         drop(plan.flight);
@@ -513,6 +515,22 @@ impl<B: Backend> Engine<B> {
         self.fitted_trim(pool, room.min(size).max(rounded), rounded)
     }
 
+    /// What a refusal under the limit says is held: the reserved bytes, those
+    /// no release could give back, and those being made for other requests.
+    pub(super) fn held_words(&self) -> String {
+        let reserved = self.total.reserved_bytes.current;
+        let mut words = format!(
+            "{} is reserved, {} of it in segments that hold live blocks or are pinned",
+            crate::fmt_bytes(reserved),
+            crate::fmt_bytes(reserved - self.releasable())
+        );
+        let flight = self.in_flight.load(Ordering::Relaxed);
+        if flight > 0 {
+            words += &format!(", and {} is being made", crate::fmt_bytes(flight));
+        }
+        words
+    }
+
     /// Makes room under the limit for `bytes` of pinned segments the caller
     /// asked for (a preallocation, a plan's segments), releasing cached
     /// segments where that is enough, as a request's ladder would. Returns
@@ -549,12 +567,11 @@ impl<B: Backend> Engine<B> {
         }
         if let Some(limit) = self.room_for_pinned(size) {
             return Err(Error::InvalidArgument(format!(
-                "cannot preallocate {}: the limit is {} and {} is reserved, {} of it live or \
-                 pending; raise the limit, drop live blocks, or preallocate less",
+                "cannot preallocate {}: the limit is {} and {}; raise the limit, drop live \
+                 blocks, or preallocate less",
                 crate::fmt_bytes(size),
                 crate::fmt_bytes(limit),
-                crate::fmt_bytes(self.total.reserved_bytes.current),
-                crate::fmt_bytes(self.held() - self.releasable())
+                self.held_words()
             )));
         }
         let usage = self.config.default_usage;

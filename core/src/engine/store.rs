@@ -171,15 +171,14 @@ impl Recording {
 }
 
 /// Logs `row` in `recording` if its block's allocation is in it: the free
-/// of a block allocated before the recording began, or in an earlier one,
-/// has no allocate row there (a log that frees what it never allocated is
-/// one no reader takes), and one logged already by `take_recording` is
-/// gone from `live`. A deferred block's free is logged once its mark is
-/// reclaimed — its bytes are reusable from then on, or, if its segment was
-/// released meanwhile, would have been (a run that follows a plan of the
-/// recording may keep that segment, and its bytes stay pending till then);
-/// no other block is given its address meanwhile, so a late free names its
-/// block.
+/// of a block allocated before the recording began, or before an earlier
+/// recording was taken, has no allocate row there (a log that frees what it
+/// never allocated is one no reader takes; `drain_recording` keeps the
+/// recording, and so its blocks, going), and one logged already by
+/// `take_recording` is gone from `live`. A deferred block's free is logged
+/// when its mark is reclaimed (its bytes are reusable from then on) or when
+/// its segment is released, whichever comes first; no other block is given
+/// its address meanwhile, so a late free names its block.
 pub(super) fn log_free(recording: &mut Option<Recording>, row: Option<FreeRow>) {
     if let (Some(r), Some(row)) = (recording, row)
         && r.live.remove(&row.address)

@@ -97,7 +97,13 @@ impl PendingSegment {
     #[cfg(target_arch = "wasm32")]
     fn unchecked(mut self) -> Result<wgpu::Buffer, DeviceError> {
         match self.injected.take() {
-            Some(fault) => Err(fault.device_error()),
+            Some(fault) => {
+                let refusal = fault.device_error();
+                if let DeviceError::Lost(why) = &refusal {
+                    self.lost.lose(why.clone());
+                }
+                Err(refusal)
+            }
             None => Ok(self.keep()),
         }
     }

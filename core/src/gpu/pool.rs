@@ -534,7 +534,9 @@ impl Pool {
     }
 
     /// Why the device was lost, once wgpu has said so (from a poll after
-    /// `Device::destroy`, or when the driver loses it). From then on every
+    /// `Device::destroy`, or when the driver loses it), or a new segment's
+    /// refusal said so (its validation error naming a lost or destroyed
+    /// device; an injected [`Fault::Lost`](crate::fault::Fault::Lost)). From then on every
     /// allocation fails with [`Error::DeviceLost`]; frees, stats, snapshots and
     /// `empty_cache` keep working, and handles still live can be dropped.
     pub fn device_lost(&self) -> Option<&str> {

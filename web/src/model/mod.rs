@@ -385,7 +385,7 @@ impl Model {
         self.free_all();
         // A replay under way ends here, its figures so far logged.
         self.finish_replay();
-        self.collect_recording();
+        self.end_recording();
         self.backing = backing;
         (self.growth, self.cache_limit) = (growth, cache_limit);
         // The new pool's counters start at zero, and it has released nothing.
@@ -406,11 +406,26 @@ impl Model {
         };
         if !self.recording.add(&log) {
             let _ = self.backing.take_recording();
-            self.say(format!(
-                "recording stopped at {} events (the most the page keeps)",
-                self.recording.events()
-            ));
+            self.say_recording_full();
         }
+    }
+
+    /// Ends the pool's recording (it is being replaced): what it logged
+    /// since the last collection, the frees still waiting for a submit last
+    /// (`Pool::take_recording`), moves into the page's recording.
+    fn end_recording(&mut self) {
+        if let Some(log) = self.backing.take_recording()
+            && !self.recording.add(&log)
+        {
+            self.say_recording_full();
+        }
+    }
+
+    fn say_recording_full(&mut self) {
+        self.say(format!(
+            "recording stopped at {} events (the most the page keeps)",
+            self.recording.events()
+        ));
     }
 
     /// The page's recording so far, as RMM CSV, and its events.
@@ -427,8 +442,7 @@ impl Model {
     /// Hands the recording over to the model that replaces this one (a new
     /// device); see [`Model::continue_recording`].
     pub fn hand_over_recording(&mut self) -> Recording {
-        self.collect_recording();
-        let _ = self.backing.take_recording();
+        self.end_recording();
         std::mem::take(&mut self.recording)
     }
 
