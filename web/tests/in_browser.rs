@@ -368,7 +368,7 @@ async fn a_refusal_on_the_browsers_synchronous_path_is_taken() {
         faults: Some(faults.clone()),
         ..PoolOptions::default()
     };
-    let err = Pool::new(device, queue, options).err().expect("refused");
+    let err = Pool::new(device, queue, options).expect_err("refused");
     assert!(
         matches!(&err, Error::OutOfMemory(i) if i.device_refused),
         "{err}"
