@@ -1,7 +1,9 @@
-//! GPU-side integrity over a long random sequence: every block is tagged on
-//! the GPU with a pattern of its own when it is handed out and verified while
-//! it lives, so a block that shares a byte with another — or that another
-//! block's zeroing clears — is caught; every zeroed block handed out from
+//! GPU-side integrity over a long random sequence: every block still live at
+//! the next check after it is handed out is tagged on the GPU with a pattern
+//! of its own there and verified at every check while it lives (a block
+//! handed out and freed between two checks is tagged at none), so a block
+//! that shares a byte with another — or that another block's zeroing clears
+//! — is caught; every zeroed block handed out from
 //! reused memory and still live at the next check must read all zeros then.
 //! Every other thousand operations is a loop that repeats a few sizes, frees
 //! what it tagged last and checks at each of its submits, so the blocks the
