@@ -602,6 +602,22 @@ impl Placement {
 }
 
 impl Config {
+    /// The largest segment this configuration lets a pool make on a device
+    /// whose largest buffer is `device_max`: [`Config::max_segment_size`]
+    /// where that is lower. (An engine also caps it at 2^62 bytes, its
+    /// addresses' room: [`Engine::max_segment_size`](crate::Engine::max_segment_size).)
+    ///
+    /// ```
+    /// use vrampool::Config;
+    /// let c = Config { max_segment_size: Some(16 << 20), ..Config::default() };
+    /// assert_eq!(c.largest_segment(4 << 30), 16 << 20);
+    /// assert_eq!(Config::default().largest_segment(4 << 30), 4 << 30);
+    /// ```
+    pub fn largest_segment(&self, device_max: u64) -> u64 {
+        self.max_segment_size
+            .map_or(device_max, |m| m.min(device_max))
+    }
+
     /// Refuses a configuration that cannot work, with a message naming the
     /// field and the value ([`Engine::new`](crate::Engine::new) calls it).
     ///

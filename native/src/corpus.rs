@@ -441,9 +441,7 @@ fn row(
         );
     }
     // The vrampool policy's segments, and the plans', are at most this.
-    let max_segment = ours
-        .max_segment_size
-        .map_or(a.max_buffer_size, |m| m.min(a.max_buffer_size));
+    let max_segment = ours.largest_segment(a.max_buffer_size);
     if t.largest > max_segment {
         usage!(
             "one allocation is {} but --set max_segment_size={max_segment} lets the vrampool \

@@ -1006,6 +1006,23 @@ fn a_frame_loop_following_its_plan_reaches_the_engine_in_order() {
 #[path = "../../core/examples/common/quad.rs"]
 mod quad;
 
+/// Reads the `frames` rows of `width` pixels copied into the readback block
+/// `frames` and checks each shows its draws' colours
+/// ([`quad::check_frames`]); its panic, caught, for a control to expect.
+fn frames_shown(
+    device: &wgpu::Device,
+    frames: &PoolBuffer,
+    count: u32,
+    width: u32,
+) -> std::thread::Result<()> {
+    frames
+        .slice()
+        .map_async(wgpu::MapMode::Read, |r| r.expect("map"));
+    device.poll(wgpu::PollType::wait_indefinitely()).unwrap();
+    let pixels = frames.slice().get_mapped_range().unwrap().to_vec();
+    std::panic::catch_unwind(|| quad::check_frames(&pixels, count, width))
+}
+
 #[test]
 fn a_render_pass_draws_from_pool_vertices_indices_and_per_draw_uniforms_every_frame() {
     // The render-pass layout of real wgpu code (web/tests/in_browser.rs has
@@ -1062,12 +1079,7 @@ fn a_render_pass_draws_from_pool_vertices_indices_and_per_draw_uniforms_every_fr
             vertices.buffer() == indices.buffer() && shared == 2 * FRAMES as usize,
             "the vertex, index and uniform blocks share one buffer ({shared} uniforms did)"
         );
-        frames
-            .slice()
-            .map_async(wgpu::MapMode::Read, |r| r.expect("map"));
-        device.poll(wgpu::PollType::wait_indefinitely()).unwrap();
-        let pixels = frames.slice().get_mapped_range().unwrap().to_vec();
-        let checked = std::panic::catch_unwind(|| quad::check_frames(&pixels, FRAMES, WIDTH));
+        let checked = frames_shown(&device, &frames, FRAMES, WIDTH);
         match reuse {
             vrampool::Reuse::AfterSubmit => {
                 if let Err(e) = checked {
@@ -1166,12 +1178,7 @@ fn a_block_kept_for_a_pass_or_a_command_buffer_keeps_its_bytes_until_the_work_is
             error.is_none(),
             "wgpu refused a frame ({keep:?}): {error:?}"
         );
-        frames
-            .slice()
-            .map_async(wgpu::MapMode::Read, |r| r.expect("map"));
-        device.poll(wgpu::PollType::wait_indefinitely()).unwrap();
-        let pixels = frames.slice().get_mapped_range().unwrap().to_vec();
-        let checked = std::panic::catch_unwind(|| quad::check_frames(&pixels, FRAMES, WIDTH));
+        let checked = frames_shown(&device, &frames, FRAMES, WIDTH);
         if keep == Keep::Not {
             assert!(
                 checked.is_err(),

@@ -148,10 +148,7 @@ impl<B: Backend> Engine<B> {
     pub fn new(backend: B, config: Config) -> Result<Self> {
         config.validate().map_err(Error::Config)?;
         let max_segment = config
-            .max_segment_size
-            .map_or(backend.max_segment_size(), |m| {
-                m.min(backend.max_segment_size())
-            })
+            .largest_segment(backend.max_segment_size())
             .min(crate::MAX_SEGMENT);
         if max_segment < config.alignment {
             return Err(Error::Config(format!(

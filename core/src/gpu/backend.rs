@@ -76,13 +76,7 @@ impl PendingSegment {
             Some(scope) => scope.await,
             None => None,
         };
-        if let Err(refusal) = classify(oom, validation) {
-            if let DeviceError::Lost(why) = &refusal {
-                // The pool learns of it too, and tells its observers.
-                self.lost.lose(why.clone());
-            }
-            return Err(refusal);
-        }
+        classify(oom, validation).map_err(|refusal| self.told(refusal))?;
         // Lost while it was made (the driver's error, which wgpu reports
         // through the lost callback alone) or while the scopes were awaited.
         if let Some(why) = self.lost.why() {
@@ -97,15 +91,18 @@ impl PendingSegment {
     #[cfg(target_arch = "wasm32")]
     fn unchecked(mut self) -> Result<wgpu::Buffer, DeviceError> {
         match self.injected.take() {
-            Some(fault) => {
-                let refusal = fault.device_error();
-                if let DeviceError::Lost(why) = &refusal {
-                    self.lost.lose(why.clone());
-                }
-                Err(refusal)
-            }
+            Some(fault) => Err(self.told(fault.device_error())),
             None => Ok(self.keep()),
         }
+    }
+
+    /// `refusal`, the pool told of it first if it says the device is lost
+    /// (the observers are called as for wgpu's lost callback).
+    fn told(&self, refusal: DeviceError) -> DeviceError {
+        if let DeviceError::Lost(why) = &refusal {
+            self.lost.lose(why.clone());
+        }
+        refusal
     }
 
     fn keep(mut self) -> wgpu::Buffer {

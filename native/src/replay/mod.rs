@@ -279,9 +279,7 @@ pub fn command(a: &ReplayArgs, c: &Common) -> Result<ExitCode> {
     let max_buffer = target.max_buffer();
     // The vrampool policy's segments (and a plan's, with --follow) are at
     // most this: `--set max_segment_size` may lower it below the device's.
-    let max_segment = config
-        .max_segment_size
-        .map_or(max_buffer, |m| m.min(max_buffer));
+    let max_segment = config.largest_segment(max_buffer);
     let vrampool_runs = a.compare || policy == PolicyKind::Vrampool;
     for t in &traces {
         // As the policies round it (to GRANULE at most), and a scale that
