@@ -5,7 +5,20 @@ use crate::fmt_bytes;
 
 /// The state of the pool at the moment an allocation failed, carried by
 /// [`Error::OutOfMemory`] so callers (and OOM observers) can act on it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+///
+/// New fields may be added: code outside the crate that builds one (an
+/// allocator of its own reporting in vrampool's terms) starts from
+/// [`OomInfo::new`] and sets the fields it knows.
+///
+/// ```
+/// let mut info = vrampool::OomInfo::new(4 << 20);
+/// info.reserved = 64 << 20;
+/// info.limit = Some(64 << 20);
+/// let message = vrampool::Error::OutOfMemory(info).to_string();
+/// assert!(message.starts_with("out of memory: tried to allocate 4.00 MiB"));
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[non_exhaustive]
 pub struct OomInfo {
     /// Bytes the caller asked for.
     pub requested: u64,
@@ -29,6 +42,18 @@ pub struct OomInfo {
     /// `true` when the device itself refused the segment, `false` when the
     /// pool's own limit did.
     pub device_refused: bool,
+}
+
+impl OomInfo {
+    /// An out-of-memory of a `requested`-byte request with every other
+    /// figure zero, no limit and the refusal the pool's own: set the fields
+    /// that apply.
+    pub fn new(requested: u64) -> Self {
+        Self {
+            requested,
+            ..Self::default()
+        }
+    }
 }
 
 /// Two blocks of one buffer that one pass or copy uses in ways WebGPU does

@@ -287,16 +287,13 @@ impl<B: Backend> Buffers<B> {
 
     /// The out-of-memory a refused `size`-byte buffer is.
     fn oom(&self, size: u64, device_refused: bool) -> Error {
-        Error::OutOfMemory(OomInfo {
-            requested: size,
-            allocated: self.f.allocated,
-            reserved: self.f.reserved,
-            cached: self.f.cached,
-            pending: 0,
-            in_flight: 0,
-            limit: self.limit,
-            device_refused,
-        })
+        let mut info = OomInfo::new(size);
+        info.allocated = self.f.allocated;
+        info.reserved = self.f.reserved;
+        info.cached = self.f.cached;
+        info.limit = self.limit;
+        info.device_refused = device_refused;
+        Error::OutOfMemory(info)
     }
 
     fn create(&mut self, size: u64) -> Result<usize, Error> {
