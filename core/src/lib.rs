@@ -51,7 +51,9 @@ mod gpu;
 
 pub use backend::{Backend, DeviceError, SegmentDesc};
 pub use config::{Config, Growth, Limit, LimitKind, Placement, ReleaseOrder};
-pub use engine::{Engine, FollowStats, InvariantError, OomObserver, Planned, SegmentPlan};
+pub use engine::{
+    Engine, FollowStats, InvariantError, OomObserver, PinnedPlan, Planned, SegmentPlan,
+};
 pub use error::{Error, OomInfo, Result, UsageConflict};
 pub use sim::{SimSegment, SimulatedDevice};
 pub use snapshot::{Leak, Snapshot, SnapshotBlock, SnapshotSegment, SnapshotState, leak_report};

@@ -606,3 +606,62 @@ fn a_pool_used_once_a_long_step_keeps_its_plan_while_another_plan_matches() {
     assert_eq!((follow.placed, follow.unplaced), (15_003, 0), "{follow:?}");
     assert!(!follow.following);
 }
+
+#[test]
+fn a_pinned_plan_counts_against_the_limit_until_committed_and_refuses_misuse() {
+    // The browser's phases: the plan's bytes are held against the limit
+    // while its segments are made, so a request meanwhile cannot take them;
+    // a commit with the wrong segments, or on another engine, is refused;
+    // those made become ordinary cache.
+    let t = trace(&[
+        (true, 1, 3 * MIB),
+        (true, 2, 2 * MIB),
+        (false, 1, 0),
+        (false, 2, 0),
+    ]);
+    let two = Foresight::plan(&t, 256, 4 * MIB).unwrap();
+    assert_eq!(two.segments.len(), 2);
+    let recorded = vrampool::trace::RecordedPlan {
+        pools: vec![(Default::default(), two.clone())],
+    };
+    let limit = two.reserved() + MIB;
+    let mut e = Engine::new(
+        SimulatedDevice::new(8 << 30),
+        Config {
+            limit: Some(Limit::Bytes(limit)),
+            ..Config::default()
+        },
+    )
+    .unwrap();
+    let plan = e.plan_follow_recorded(&recorded).unwrap();
+    assert_eq!((plan.len(), plan.bytes()), (2, two.reserved()));
+    let err = e.allocate(vrampool::Request::new(2 * MIB, 7)).unwrap_err();
+    assert!(matches!(err, Error::OutOfMemory(_)), "{err}");
+    let first = e.create_pinned_segment(&plan, 0).unwrap();
+    let err = e.commit_pinned(plan, vec![first]).unwrap_err();
+    assert!(err.to_string().contains("committed with 1"), "{err}");
+    assert!(!e.follow_stats().following);
+    assert_eq!(e.snapshot().segments.len(), 1, "the one made is cache");
+    assert!(e.snapshot().segments.iter().all(|s| !s.pinned));
+    assert_eq!(e.empty_cache(), two.segments[0]);
+
+    // Another engine's plan.
+    let mut other = engine();
+    let plan = other.plan_follow_recorded(&recorded).unwrap();
+    let err = e.commit_pinned(plan, Vec::new()).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+    assert_eq!(e.stats().total.reserved_bytes.current, 0);
+    assert_eq!(other.stats().total.reserved_bytes.current, 0);
+
+    // Committed in full: followed, and the limit holds the plan once.
+    let plan = e.plan_follow_recorded(&recorded).unwrap();
+    let made: Vec<_> = (0..plan.len())
+        .map(|i| e.create_pinned_segment(&plan, i).unwrap())
+        .collect();
+    e.commit_pinned(plan, made).unwrap();
+    assert!(e.follow_stats().following);
+    assert_eq!(e.stats().total.reserved_bytes.current, two.reserved());
+    replay_checked(&mut e, &t);
+    assert_eq!(e.follow_stats().placed, 2, "{:?}", e.follow_stats());
+    e.check_invariants().unwrap();
+}

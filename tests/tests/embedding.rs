@@ -985,7 +985,9 @@ fn a_frame_loop_following_its_plan_reaches_the_engine_in_order() {
     let (ops, seed) = (6_000, 0xf4a3_e100);
     let plan = recorded_plan(ops, seed, true);
     let next = pool();
-    next.follow(&plan).unwrap();
+    // As a browser follows it: its segments' answers awaited, then the
+    // front cache closed.
+    pollster::block_on(next.follow_async(&plan)).unwrap();
     let out = interleave_with(&next, ops, seed, false, true);
     assert_eq!(out.corrupt + out.nonzero, 0, "{out:?}");
     assert_eq!(out.front_hits, 0, "{out:?}");
@@ -1001,6 +1003,108 @@ fn a_frame_loop_following_its_plan_reaches_the_engine_in_order() {
         next.submit([]);
     }
     assert!(next.stats().counters.front_hits > 0);
+}
+
+#[test]
+fn the_async_follow_and_preallocation_await_the_device_and_a_refusal_pins_nothing() {
+    // Pool::follow_async and Pool::new_async, the browser's way to make
+    // pinned segments, here with the fault injector answering the device's
+    // scopes: a plan whose second segment the device refuses is an
+    // out-of-memory that follows and pins nothing (the first segment made is
+    // ordinary cache); followed again, every planned segment is made; a
+    // refused preallocation makes no pool and holds nothing.
+    use vrampool::fault::{Fault, Faults};
+    use vrampool::{Growth, Limit};
+    let plan = recorded_plan(2_000, 3, false);
+    let segments: usize = plan.pools.iter().map(|(_, p)| p.segments.len()).sum();
+    assert!(segments >= 2, "{segments} planned segments");
+    let (device, queue, _) = device();
+    let faults = Faults::new();
+    let with = |faults: &Faults, config: Config| PoolOptions {
+        config,
+        faults: Some(faults.clone()),
+        ..PoolOptions::default()
+    };
+    let next = Pool::new(
+        device.clone(),
+        queue.clone(),
+        with(&faults, Config::default()),
+    )
+    .unwrap();
+    faults.refuse(2, Fault::OutOfMemory);
+    let err = pollster::block_on(next.follow_async(&plan)).unwrap_err();
+    assert!(
+        matches!(&err, Error::OutOfMemory(i) if i.device_refused),
+        "{err}"
+    );
+    assert_eq!(faults.creates(), 2);
+    assert!(!next.follow_stats().following);
+    let first = next.stats().total.reserved_bytes.current;
+    assert!(first > 0 && first == faults.held(), "{first} B reserved");
+    assert!(next.snapshot().segments.iter().all(|s| !s.pinned));
+    assert_eq!(
+        next.empty_cache(),
+        first,
+        "the first segment is ordinary cache"
+    );
+    next.check_invariants().unwrap();
+
+    pollster::block_on(next.follow_async(&plan)).unwrap();
+    assert!(next.follow_stats().following);
+    assert_eq!(faults.held(), plan.reserved());
+    assert_eq!(
+        next.snapshot().segments.iter().filter(|s| s.pinned).count(),
+        segments
+    );
+    let out = interleave(&next, 2_000, 3, false);
+    assert_eq!(out.corrupt + out.nonzero, 0, "{out:?}");
+    assert!(next.follow_stats().placed > 0);
+
+    // Under a limit the plan's bytes count while they are made: the limit
+    // holds one plan, not two.
+    let limited = Pool::new(
+        device.clone(),
+        queue.clone(),
+        with(
+            &Faults::new(),
+            Config {
+                limit: Some(Limit::Bytes(plan.reserved() * 3 / 2)),
+                ..Config::default()
+            },
+        ),
+    )
+    .unwrap();
+    let keep = limited.alloc(AllocDesc::storage(plan.reserved())).unwrap();
+    let err = pollster::block_on(limited.follow_async(&plan)).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+    drop(keep);
+
+    let refusing = Faults::new();
+    refusing.refuse(1, Fault::OutOfMemory);
+    let preallocate = Config {
+        growth: Growth::Preallocate(4 << 20),
+        ..Config::default()
+    };
+    let err = pollster::block_on(Pool::new_async(
+        device.clone(),
+        queue.clone(),
+        with(&refusing, preallocate.clone()),
+    ))
+    .map(|_| ())
+    .unwrap_err();
+    assert!(
+        matches!(&err, Error::OutOfMemory(i) if i.device_refused),
+        "{err}"
+    );
+    assert_eq!((refusing.creates(), refusing.held()), (1, 0));
+    let p = pollster::block_on(Pool::new_async(
+        device,
+        queue,
+        with(&Faults::new(), preallocate),
+    ))
+    .unwrap();
+    assert_eq!(p.stats().total.reserved_bytes.current, 4 << 20);
+    assert!(p.snapshot().segments.iter().all(|s| s.pinned));
 }
 
 #[path = "../../core/examples/common/quad.rs"]

@@ -377,6 +377,41 @@ async fn a_refusal_on_the_browsers_synchronous_path_is_taken() {
 }
 
 #[wasm_bindgen_test]
+async fn a_preallocation_the_browser_refuses_is_new_asyncs_error() {
+    // A real refusal through the browser's error scopes: a preallocation
+    // whose usage WebGPU does not allow (MAP_READ beside STORAGE). Pool::new
+    // cannot wait for the answer and takes the buffer unchecked (its
+    // documented limit); Pool::new_async awaits it and makes no pool.
+    let (_, device, queue) = vrampool_web::open_webgpu().await.expect("WebGPU");
+    let options = PoolOptions {
+        config: Config {
+            growth: vrampool::Growth::Preallocate(1 << 20),
+            default_usage: (wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::STORAGE).bits(),
+            ..Config::default()
+        },
+        ..PoolOptions::default()
+    };
+    let unchecked = Pool::new(device.clone(), queue.clone(), options.clone());
+    assert!(unchecked.is_ok(), "the synchronous path takes it unchecked");
+    let err = Pool::new_async(device.clone(), queue.clone(), options)
+        .await
+        .map(|_| ())
+        .expect_err("refused");
+    assert!(matches!(&err, Error::Device(_)), "{err}");
+    // A preallocation the browser accepts is made and pinned.
+    let options = PoolOptions {
+        config: Config {
+            growth: vrampool::Growth::Preallocate(4 << 20),
+            ..Config::default()
+        },
+        ..PoolOptions::default()
+    };
+    let p = Pool::new_async(device, queue, options).await.unwrap();
+    assert_eq!(p.stats().total.reserved_bytes.current, 4 << 20);
+    assert!(p.snapshot().segments.iter().all(|s| s.pinned));
+}
+
+#[wasm_bindgen_test]
 async fn an_allocation_dropped_while_the_device_checks_its_segment_loses_nothing() {
     // A page drops an `alloc_async` future when what awaited it goes away
     // (a component unmounted, a `select!` that took its other arm). In the
@@ -569,7 +604,8 @@ async fn scale_step(p: &Pool, shift: u32) -> (Option<String>, bool) {
 #[wasm_bindgen_test]
 async fn a_run_following_its_recorded_plan_binds_the_planned_blocks_in_a_dispatch() {
     // Pool::follow in the browser, where the plan's segments are made
-    // synchronously (as a preallocation's are) and taken unchecked: a step
+    // synchronously (as a preallocation's are) and taken unchecked, then
+    // Pool::follow_async, which awaits the browser's answer: a step
     // recorded, planned, the cache emptied, and the same step run again
     // following the plan. The plan places every request of the step (the
     // uniform and the input in the read-only pool's planned buffer, the
@@ -583,6 +619,14 @@ async fn a_run_following_its_recorded_plan_binds_the_planned_blocks_in_a_dispatc
     let plan = p.plan_recording(&p.take_recording().unwrap()).unwrap();
     p.empty_cache();
     p.follow(&plan).unwrap();
+    assert_eq!(
+        scale_step(&p, 9).await,
+        (None, true),
+        "following, synchronously"
+    );
+    // And as the browser should: each segment's answer awaited.
+    p.empty_cache();
+    p.follow_async(&plan).await.unwrap();
     assert_eq!(
         scale_step(&p, 11).await,
         (None, true),

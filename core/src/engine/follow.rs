@@ -20,6 +20,7 @@ use crate::trace::{Foresight, PoolKey, RecordedPlan};
 use crate::types::SegmentClass;
 
 use super::Engine;
+use super::pinned::{Pinned, PinnedPlan, PinnedSegment};
 use super::store::{BlockState, NONE};
 
 /// How many planned allocations past the last match a request may match:
@@ -59,9 +60,11 @@ pub(super) struct Following {
     last_match: u64,
 }
 
-#[derive(Clone, Copy)]
-struct Entry {
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Entry {
     size: u64,
+    /// An engine segment index (an index into the plan's segments while
+    /// the plan is a `PinnedPlan`).
     segment: u32,
     offset: u64,
 }
@@ -146,6 +149,20 @@ impl<B: Backend> Engine<B> {
     }
 
     fn follow_pools(&mut self, plans: &[(PoolKey, &Foresight)]) -> Result<()> {
+        let plan = self.plan_follow_pools(plans)?;
+        self.make_pinned(plan)
+    }
+
+    /// The first phase of [`Engine::follow_recorded`] (see `pinned.rs`):
+    /// the plan checked, a plan followed before given up, room made under
+    /// the limit, and the segments to create. Committed
+    /// ([`Engine::commit_pinned`]), the engine follows it.
+    pub fn plan_follow_recorded(&mut self, plan: &RecordedPlan) -> Result<PinnedPlan> {
+        let pools: Vec<(PoolKey, &Foresight)> = plan.pools.iter().map(|(k, p)| (*k, p)).collect();
+        self.plan_follow_pools(&pools)
+    }
+
+    fn plan_follow_pools(&mut self, plans: &[(PoolKey, &Foresight)]) -> Result<PinnedPlan> {
         self.check_lost()?;
         self.stop_following();
         let align = self.config.alignment;
@@ -182,49 +199,75 @@ impl<B: Backend> Engine<B> {
                 self.held_words()
             )));
         }
-        let mut followed: Vec<Following> = Vec::with_capacity(plans.len());
+        let mut segments = Vec::new();
+        let mut pools = Vec::with_capacity(plans.len());
         for (key, plan) in plans {
             let name = || format!("usage {:#x}", key.usage);
             let pool = self.pool_index(key.usage, false, key.group, name)?;
-            let mut segments = Vec::with_capacity(plan.segments.len());
+            let first = segments.len() as u32;
             for (i, &size) in plan.segments.iter().enumerate() {
-                let label = format!("vrampool planned segment {i}");
-                let made = self.create_pinned(pool, key.usage, label, SegmentClass::Planned, size);
-                let refused = match made {
-                    Ok(s) if s < MAX_PLANNED_INDEX => {
-                        segments.push(s);
-                        continue;
-                    }
-                    Ok(s) => {
-                        segments.push(s);
-                        Error::InvalidArgument(format!(
-                            "the engine holds {s} segment slots: a plan's segments must have an \
-                             index under {MAX_PLANNED_INDEX}; empty the cache first"
-                        ))
-                    }
-                    Err(e) => e,
-                };
-                // Those made already become ordinary cached segments.
-                self.unplan(segments);
-                for f in followed {
-                    self.unplan(f.segments);
-                }
-                return Err(refused);
+                segments.push(PinnedSegment {
+                    pool,
+                    usage: key.usage,
+                    label: format!("vrampool planned segment {i}"),
+                    class: SegmentClass::Planned,
+                    size,
+                });
             }
             let entries = plan
                 .blocks
                 .iter()
                 .map(|b| Entry {
                     size: b.size,
-                    segment: segments[b.segment],
+                    segment: first + b.segment as u32,
                     offset: b.offset,
                 })
                 .collect();
+            pools.push((pool, entries));
+        }
+        Ok(self.pinned_plan(segments, Pinned::Follow(pools)))
+    }
+
+    /// Follows `pools` (each its planned blocks, their segments indexes
+    /// into `segments`, the plan's pinned segments just made): the second
+    /// phase of following, from [`Engine::commit_pinned`].
+    pub(super) fn start_following(
+        &mut self,
+        pools: Vec<(u16, Vec<Entry>)>,
+        segments: Vec<u32>,
+    ) -> Result<()> {
+        // A plan committed after another began (the browser awaits a plan's
+        // segments) takes its place.
+        self.stop_following();
+        if let Some(&s) = segments.iter().find(|&&s| s >= MAX_PLANNED_INDEX) {
+            // Those made become ordinary cached segments.
+            self.unplan(segments);
+            return Err(Error::InvalidArgument(format!(
+                "the engine holds {s} segment slots: a plan's segments must have an index \
+                 under {MAX_PLANNED_INDEX}; empty the cache first"
+            )));
+        }
+        let mut followed: Vec<Following> = Vec::with_capacity(pools.len());
+        for (pool, mut entries) in pools {
+            let mut own: Vec<u32> = Vec::new();
+            for e in &mut entries {
+                e.segment = segments[e.segment as usize];
+            }
+            // The pool's segments: those its entries name, and any it planned
+            // that no entry names (made all the same; given back with it).
+            for &s in &segments {
+                if self.segments[s as usize]
+                    .as_ref()
+                    .is_some_and(|g| g.pool == pool)
+                {
+                    own.push(s);
+                }
+            }
             followed.push(Following {
                 pool,
                 entries,
                 cursor: 0,
-                segments,
+                segments: own,
                 misses_in_a_row: 0,
                 last_match: self.tick,
             });

@@ -19,7 +19,6 @@ use crate::types::{Allocation, Request, SegmentClass};
 
 use super::Engine;
 use super::release::Released;
-use super::store::round_up;
 
 /// What [`Engine::plan`] decided.
 #[derive(Debug)]
@@ -60,13 +59,13 @@ pub struct SegmentPlan {
 /// Bytes of a plan counted in its engine's bytes in flight (shared with
 /// the engine), taken off when dropped.
 #[derive(Debug)]
-struct InFlight {
+pub(super) struct InFlight {
     counter: Arc<AtomicU64>,
     bytes: u64,
 }
 
 impl InFlight {
-    fn new(counter: &Arc<AtomicU64>, bytes: u64) -> Self {
+    pub(super) fn new(counter: &Arc<AtomicU64>, bytes: u64) -> Self {
         counter.fetch_add(bytes, Ordering::Relaxed);
         InFlight {
             counter: Arc::clone(counter),
@@ -75,7 +74,7 @@ impl InFlight {
     }
 
     /// Counts `bytes` (at most what it counts now) from here on.
-    fn shrink(&mut self, bytes: u64) {
+    pub(super) fn shrink(&mut self, bytes: u64) {
         debug_assert!(bytes <= self.bytes, "a plan's count only shrinks");
         self.counter
             .fetch_sub(self.bytes.saturating_sub(bytes), Ordering::Relaxed);
@@ -545,82 +544,5 @@ impl<B: Backend> Engine<B> {
             self.release_ordered(over);
         }
         (self.held().saturating_add(bytes) > limit).then_some(limit)
-    }
-
-    /// Reserves `bytes` in one pinned segment of the default pool. Under a
-    /// limit, cached segments are released to make room if that is enough.
-    pub fn preallocate(&mut self, bytes: u64) -> Result<()> {
-        self.check_lost()?;
-        if bytes == 0 {
-            return Ok(());
-        }
-        // Rounded first, as a request is: the segment made is the rounded size.
-        let size = round_up(bytes, self.config.alignment);
-        if bytes > self.max_segment || size > self.max_segment {
-            return Err(Error::InvalidArgument(format!(
-                "cannot preallocate {}: above the largest segment this pool may create, {} (the \
-                 device's max_buffer_size, or Config::max_segment_size where that is lower); \
-                 preallocate at most that",
-                crate::fmt_bytes(bytes),
-                crate::fmt_bytes(self.max_segment)
-            )));
-        }
-        if let Some(limit) = self.room_for_pinned(size) {
-            return Err(Error::InvalidArgument(format!(
-                "cannot preallocate {}: the limit is {} and {}; raise the limit, drop live \
-                 blocks, or preallocate less",
-                crate::fmt_bytes(size),
-                crate::fmt_bytes(limit),
-                self.held_words()
-            )));
-        }
-        let usage = self.config.default_usage;
-        let pool = self.pool_index(usage, false, 0, || format!("usage {usage:#x}"))?;
-        let label = "vrampool preallocated segment".to_string();
-        self.create_pinned(pool, usage, label, SegmentClass::Preallocated, size)?;
-        self.preallocated += size;
-        Ok(())
-    }
-
-    /// Creates one pinned segment of `class` in `pool` at once (outside the
-    /// refusal ladder: the caller asked for exactly this memory), the device's
-    /// refusal an error that says what was asked.
-    pub(super) fn create_pinned(
-        &mut self,
-        pool: u16,
-        usage: u32,
-        label: String,
-        class: SegmentClass,
-        size: u64,
-    ) -> Result<u32> {
-        let create = |e: &mut Self| {
-            e.backend.create_segment(&SegmentDesc {
-                size,
-                usage,
-                label: &label,
-            })
-        };
-        let mut made = create(self);
-        if matches!(made, Err(DeviceError::OutOfMemory)) && self.releasable() > 0 {
-            // As the ladder does: the cache may be what the device needs back.
-            self.counters.alloc_retries += 1;
-            self.release(u64::MAX);
-            made = create(self);
-        }
-        let payload = match made {
-            Ok(payload) => payload,
-            // Counted and told to the observers as any out-of-memory is.
-            Err(DeviceError::OutOfMemory) => return Err(self.oom(size, true)),
-            Err(DeviceError::Lost(why)) => {
-                // Remembered, as a refused plan's loss is: every later
-                // request fails too, none is served from a dead device's cache.
-                self.lost = Some(why.clone());
-                return Err(Error::DeviceLost(why));
-            }
-            Err(DeviceError::Other(message)) => return Err(Error::Device(message)),
-        };
-        let s = self.insert_segment(payload, label, pool, class, size);
-        self.segments[s as usize].as_mut().unwrap().pinned = true;
-        Ok(s)
     }
 }

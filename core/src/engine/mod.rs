@@ -13,6 +13,8 @@
 //!   allocator, from a model of them ([`Backend::suballocation`]);
 //! - `ladder.rs` — a missed request's segment: sizing it under the limits,
 //!   and the steps after a device refusal ([`SegmentPlan`]);
+//! - `pinned.rs` — the pinned segments asked for at once: a preallocation
+//!   and a followed plan's, in the same two phases ([`PinnedPlan`]);
 //! - `release.rs` — giving segments back: limits, cache limit, `empty_cache`;
 //! - `deferred.rs` — frees that wait for a mark ([`Engine::defer_free`]);
 //! - `follow.rs` — placing requests where a static plan says ([`Engine::follow`]);
@@ -32,6 +34,7 @@ mod free_index;
 mod inspect;
 mod invariants;
 mod ladder;
+mod pinned;
 mod placement;
 mod release;
 mod relocate;
@@ -48,6 +51,7 @@ use crate::types::{Allocation, Request};
 pub use follow::FollowStats;
 pub use invariants::InvariantError;
 pub use ladder::{Planned, SegmentPlan};
+pub use pinned::PinnedPlan;
 
 use deferred::Deferred;
 use store::{Block, Segment, UsagePool};
@@ -146,6 +150,16 @@ pub struct Engine<B: Backend> {
 impl<B: Backend> Engine<B> {
     /// Makes an engine over `backend`; preallocates if the config asks.
     pub fn new(backend: B, config: Config) -> Result<Self> {
+        let mut engine = Self::unprovisioned(backend, config)?;
+        if let Some(plan) = engine.plan_configured()? {
+            engine.make_pinned(plan)?;
+        }
+        Ok(engine)
+    }
+
+    /// An engine over `backend` that has not made the preallocation its
+    /// config asks for: [`Engine::plan_configured`] plans it.
+    pub(crate) fn unprovisioned(backend: B, config: Config) -> Result<Self> {
         config.validate().map_err(Error::Config)?;
         let max_segment = config
             .largest_segment(backend.max_segment_size())
@@ -197,14 +211,19 @@ impl<B: Backend> Engine<B> {
             device: Default::default(),
         };
         engine.limit = engine.resolve_limit(engine.config.limit)?;
-        if let Growth::Preallocate(bytes) = engine.config.growth {
-            // The configuration asked for it: its refusal is the configuration's.
-            engine.preallocate(bytes).map_err(|e| match e {
-                Error::InvalidArgument(m) => Error::Config(m),
-                e => e,
-            })?;
-        }
         Ok(engine)
+    }
+
+    /// The preallocation the config asks for, planned (`None` for none).
+    pub(crate) fn plan_configured(&mut self) -> Result<Option<PinnedPlan>> {
+        let Growth::Preallocate(bytes) = self.config.growth else {
+            return Ok(None);
+        };
+        // The configuration asked for it: its refusal is the configuration's.
+        self.plan_preallocate(bytes).map_err(|e| match e {
+            Error::InvalidArgument(m) => Error::Config(m),
+            e => e,
+        })
     }
 
     fn resolve_limit(&self, limit: Option<Limit>) -> Result<Option<u64>> {

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LockResult, Mutex, MutexGuard, TryLockError, TryLockResult, Weak};
 
 use crate::config::{Config, Limit};
-use crate::engine::{Engine, FollowStats, InvariantError, Planned};
+use crate::engine::{Engine, FollowStats, InvariantError, PinnedPlan, Planned};
 use crate::error::{Error, OomInfo, Result};
 use crate::fault::Faults;
 use crate::snapshot::{Leak, Snapshot};
@@ -414,7 +414,57 @@ impl Pool {
     /// `max_buffer_size`, offsets are aligned to its storage and uniform offset
     /// alignments. Fails on a configuration that cannot work (a fraction limit
     /// without [`Config::capacity`], a preallocation the device refuses).
+    ///
+    /// The preallocation is made synchronously: in a browser, which answers
+    /// later, a refused one would be taken unchecked (its blocks then fail
+    /// validation where they are used). There, make a pool that
+    /// preallocates with [`Pool::new_async`].
     pub fn new(device: wgpu::Device, queue: wgpu::Queue, options: PoolOptions) -> Result<Pool> {
+        Self::build(device, queue, options, true)
+    }
+
+    /// [`Pool::new`], awaiting the device's answer to the preallocation
+    /// ([`Growth::Preallocate`](crate::Growth::Preallocate)) as
+    /// [`Pool::alloc_async`] awaits a segment's: the way to make a pool that
+    /// preallocates in the browser. A refused preallocation is the error
+    /// ([`Error::OutOfMemory`] after the device's refusal), and no pool is
+    /// made.
+    ///
+    /// ```
+    /// # let (device, queue) = vrampool::example_device()?;
+    /// use vrampool::{Config, Growth, Pool, PoolOptions};
+    /// let options = PoolOptions {
+    ///     config: Config { growth: Growth::Preallocate(8 << 20), ..Config::default() },
+    ///     ..PoolOptions::default()
+    /// };
+    /// // In the browser, inside wasm_bindgen_futures::spawn_local; natively, any executor.
+    /// let pool = pollster::block_on(Pool::new_async(device, queue, options))?;
+    /// assert_eq!(pool.stats().total.reserved_bytes.current, 8 << 20);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub async fn new_async(
+        device: wgpu::Device,
+        queue: wgpu::Queue,
+        options: PoolOptions,
+    ) -> Result<Pool> {
+        let pool = Self::build(device, queue, options, false)?;
+        let planned = pool.inner.engine().plan_configured();
+        if let Some(plan) = pool.observed(planned)? {
+            let made = pool.make_pinned_async(plan).await;
+            let (plan, made) = pool.observed(made)?;
+            let committed = pool.inner.engine().commit_pinned(plan, made);
+            pool.observed(committed)?;
+        }
+        Ok(pool)
+    }
+
+    /// A pool over `device`, its preallocation made (`provision`) or not yet.
+    fn build(
+        device: wgpu::Device,
+        queue: wgpu::Queue,
+        options: PoolOptions,
+        provision: bool,
+    ) -> Result<Pool> {
         let limits = device.limits();
         let mut config = options.config;
         // Before the alignment is raised to the device's, which would hide a bad one.
@@ -433,7 +483,11 @@ impl Pool {
         if let Some(faults) = options.faults {
             backend = backend.with_faults(faults);
         }
-        let mut engine = Engine::new(backend, config)?;
+        let mut engine = if provision {
+            Engine::new(backend, config)?
+        } else {
+            Engine::unprovisioned(backend, config)?
+        };
         engine.name_pool(
             READ_WRITE_USAGE.bits(),
             false,
@@ -808,6 +862,57 @@ impl Pool {
         Ok(self.wrap_movable(engine, a, &desc, &req))
     }
 
+    /// The turn of one allocation awaiting the device (the engine counts
+    /// its plan against the limits meanwhile). From a wgpu callback under a
+    /// pool's lock, only if no other holds it: that one may be another
+    /// thread's, whose own callback waits for the lock this thread holds.
+    async fn alloc_gate(&self, call: &'static str) -> Result<async_lock::MutexGuard<'_, ()>> {
+        self.not_reentrant(call)?;
+        if held_anywhere() {
+            self.inner
+                .alloc_gate
+                .try_lock()
+                .ok_or(Error::Reentrant(call))
+        } else {
+            Ok(self.inner.alloc_gate.lock().await)
+        }
+    }
+
+    /// Makes `plan`'s pinned segments one device answer at a time, as
+    /// [`Pool::alloc_async`] makes a segment, the engine told of each
+    /// refusal; after an error the plan is cancelled (the segments made
+    /// become ordinary cache).
+    async fn make_pinned_async(
+        &self,
+        mut plan: PinnedPlan,
+    ) -> Result<(PinnedPlan, Vec<wgpu::Buffer>)> {
+        let mut made = Vec::with_capacity(plan.len());
+        while made.len() < plan.len() {
+            let begun = self
+                .inner
+                .engine()
+                .backend()
+                .begin_create(&plan.desc(made.len()));
+            // Dropping this future while it waits gives the segment back (the
+            // pending segment's) and the plan's bytes against the limit.
+            let outcome = match begun {
+                Ok(pending) => pending.outcome().await,
+                Err(refusal) => Err(refusal),
+            };
+            match outcome {
+                Ok(buffer) => made.push(buffer),
+                Err(refusal) => {
+                    let mut engine = self.inner.engine();
+                    if let Err(e) = engine.refused_pinned(&mut plan, made.len(), refusal) {
+                        engine.cancel_pinned(plan, made);
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        Ok((plan, made))
+    }
+
     /// The engine's allocation for `req`, one device answer awaited at a
     /// time (see [`Pool::alloc_async`]); moved blocks' handles told.
     async fn allocate_async(
@@ -815,19 +920,7 @@ impl Pool {
         req: &Request,
         call: &'static str,
     ) -> Result<(EngineGuard<'_>, Allocation)> {
-        self.not_reentrant(call)?;
-        // One allocation at a time waits for the device (the engine counts
-        // the plan against the limits meanwhile). From a wgpu callback under
-        // a pool's lock, not while another does: that one may be another
-        // thread's, whose own callback waits for the lock this thread holds.
-        let _gate = if held_anywhere() {
-            match self.inner.alloc_gate.try_lock() {
-                Some(gate) => gate,
-                None => return Err(Error::Reentrant(call)),
-            }
-        } else {
-            self.inner.alloc_gate.lock().await
-        };
+        let _gate = self.alloc_gate(call).await?;
         // The plan, dropped with the future or as a panic a callback left
         // for the lock's release (lock.rs) unwinds, gives its bytes back. It
         // is moved out here before the lock's guard drops: a block's value is
@@ -1351,7 +1444,8 @@ impl Pool {
     /// browser the plan's segments are made synchronously, as a
     /// preallocation is, and taken unchecked: a browser that refuses one
     /// says so only as validation errors of the passes using its blocks
-    /// (natively the refusal is this call's out-of-memory).
+    /// (natively the refusal is this call's out-of-memory). There, follow
+    /// with [`Pool::follow_async`], which awaits the browser's answer.
     ///
     /// ```
     /// # let (device, queue) = vrampool::example_device()?;
@@ -1382,6 +1476,49 @@ impl Pool {
         self.inner.note_follow_end(&engine);
         drop(engine);
         // A segment the device refused is an out-of-memory the observers hear of.
+        self.observed(followed)
+    }
+
+    /// [`Pool::follow`], awaiting the device's answer to each of the plan's
+    /// segments as [`Pool::alloc_async`] awaits a segment's: the way to
+    /// follow a plan in the browser. A refused segment is the error, and
+    /// nothing is followed (those made before it become ordinary cache).
+    /// Requests made while it awaits are served by the policy.
+    ///
+    /// ```
+    /// # let (device, queue) = vrampool::example_device()?;
+    /// use vrampool::{AllocDesc, Pool, PoolOptions};
+    /// let pool = Pool::new(device, queue, PoolOptions::default())?;
+    /// pool.start_recording();
+    /// let x = pool.alloc(AllocDesc::storage(3 << 20).read_write())?;
+    /// drop(x);
+    /// pool.submit([]);
+    /// let plan = pool.plan_recording(&pool.take_recording().unwrap())?;
+    /// pool.empty_cache();
+    /// // In the browser, inside wasm_bindgen_futures::spawn_local.
+    /// pollster::block_on(pool.follow_async(&plan))?;
+    /// assert!(pool.follow_stats().following);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub async fn follow_async(&self, plan: &RecordedPlan) -> Result<()> {
+        let _gate = self.alloc_gate("Pool::follow_async").await?;
+        let planned = {
+            let mut engine = self.inner.engine_reported();
+            let planned = engine.plan_follow_recorded(plan);
+            // A plan followed before is given up: the front cache is open
+            // until this one is followed.
+            self.inner.note_follow_end(&engine);
+            planned
+        };
+        let made = self.make_pinned_async(self.observed(planned)?).await;
+        let (plan, made) = self.observed(made)?;
+        let followed = {
+            let mut engine = self.inner.engine_reported();
+            self.inner.close_front(&mut engine, &self.inner.following);
+            let followed = engine.commit_pinned(plan, made);
+            self.inner.note_follow_end(&engine);
+            followed
+        };
         self.observed(followed)
     }
 
