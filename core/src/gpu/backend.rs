@@ -2,7 +2,8 @@
 //! `wgpu::Buffer`s created inside OutOfMemory and Validation error scopes,
 //! and the device's lost callback says when no segment may be made any more.
 
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use crate::backend::{Backend, DeviceError, SegmentDesc};
 
@@ -27,6 +28,9 @@ pub struct WgpuBackend {
     /// How wgpu's allocator holds the segments (see
     /// [`WgpuBackend::with_memory_hints`]).
     allocator: Option<DeviceAllocator>,
+    /// Alive while the backend is: its lost callback, dropped by wgpu with
+    /// it alive, was replaced by someone else's (see [`CallbackGuard`]).
+    _alive: Arc<()>,
 }
 
 /// The queue that copies moved blocks, and the batch being recorded.
@@ -166,11 +170,12 @@ impl WgpuBackend {
     ///
     /// It takes the device's lost callback (wgpu keeps one per device) to learn
     /// of a loss: register yours through [`Pool::on_device_lost`](crate::Pool::on_device_lost), not
-    /// `Device::set_device_lost_callback`, which would replace it. Make one
-    /// pool per device and share it (it is `Send + Sync`): a second backend or
-    /// pool on the same device takes the callback over. (wgpu offers no
-    /// device identity that holds across instances, so the pools of one
-    /// device cannot safely find each other to share it.)
+    /// `Device::set_device_lost_callback`, which would replace it (the pool
+    /// then no longer learns of a loss from wgpu, and a `tracing` warning
+    /// says so). A second backend or pool on the same device takes the
+    /// callback over and tells the first of a loss too: wgpu drops the
+    /// callback it replaces inside the call that replaces it, which is how
+    /// the second learns whose it was.
     pub fn new(device: &wgpu::Device, capacity: Option<u64>) -> Self {
         // wgpu's default hints, if the device's blocks may be theirs.
         let allocator = DeviceAllocator::of(device, &wgpu::MemoryHints::Performance)
@@ -196,20 +201,48 @@ impl WgpuBackend {
         allocator: Option<DeviceAllocator>,
     ) -> Self {
         let lost = Arc::<LostState>::default();
-        let state = Arc::clone(&lost);
-        device.set_device_lost_callback(move |reason, message| match reason {
-            // wgpu runs this one from a poll, with none of its locks held.
-            wgpu::DeviceLostReason::Destroyed => {
-                state.lose("the device was destroyed (Device::destroy)".to_string())
-            }
-            // This one wgpu runs where it met the loss, inside its own locks
-            // (a submit's, a poll's): an observer calling the device there
-            // would wait for this very thread.
-            _ if message.is_empty() => {
-                state.lose_from_driver("the driver lost the device".to_string())
-            }
-            _ => state.lose_from_driver(format!("the driver lost the device ({message})")),
+        let alive = Arc::new(());
+        let guard = CallbackGuard {
+            state: Arc::clone(&lost),
+            backend: Arc::downgrade(&alive),
+            called: AtomicBool::new(false),
+        };
+        let displaced = installing(|| {
+            device.set_device_lost_callback(move |reason, message| {
+                guard.called.store(true, Ordering::Relaxed);
+                let state = &guard.state;
+                match reason {
+                    // wgpu runs this one from a poll, with none of its locks held.
+                    wgpu::DeviceLostReason::Destroyed => {
+                        state.lose("the device was destroyed (Device::destroy)".to_string())
+                    }
+                    // This one wgpu runs where it met the loss, inside its own
+                    // locks (a submit's, a poll's): an observer calling the
+                    // device there would wait for this very thread.
+                    _ if message.is_empty() => {
+                        state.lose_from_driver("the driver lost the device".to_string())
+                    }
+                    _ => state.lose_from_driver(format!("the driver lost the device ({message})")),
+                }
+            })
         });
+        // The pools whose callback this one replaced are on this device, and
+        // so are those theirs had replaced (kept here: a pool in between
+        // may be dropped): told of its loss through this one.
+        let mut chained = Vec::new();
+        for weak in displaced {
+            if let Some(state) = weak.upgrade() {
+                chained.extend(
+                    state
+                        .chained
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .clone(),
+                );
+            }
+            chained.push(weak);
+        }
+        *lost.chained.lock().unwrap_or_else(|e| e.into_inner()) = chained;
         WgpuBackend {
             device: device.clone(),
             max_buffer_size: device.limits().max_buffer_size,
@@ -218,6 +251,7 @@ impl WgpuBackend {
             faults: None,
             moves: None,
             allocator,
+            _alive: alive,
         }
     }
 
@@ -336,6 +370,55 @@ pub(super) struct LostState {
     why: OnceLock<String>,
     /// The observers, each with whether it has been called.
     observers: Mutex<Vec<(LostObserver, bool)>>,
+    /// The states of the pools on the same device whose lost callback this
+    /// one's replaced: told of the loss with it.
+    chained: Mutex<Vec<Weak<LostState>>>,
+}
+
+/// Held by a backend's lost callback. wgpu keeps one callback per device and
+/// drops the one a new `set_device_lost_callback` replaces, inside that call:
+/// dropped uncalled there while a backend of ours installs its own, it says
+/// whose state to chain; dropped so anywhere else with its backend alive,
+/// someone else's callback took its place, and the pool can only warn.
+struct CallbackGuard {
+    state: Arc<LostState>,
+    backend: Weak<()>,
+    called: AtomicBool,
+}
+
+thread_local! {
+    /// While a backend installs its lost callback: the states of the
+    /// callbacks it replaced.
+    static DISPLACED: std::cell::RefCell<Option<Vec<Weak<LostState>>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `install` (a `set_device_lost_callback`) and returns the states of
+/// our callbacks it replaced.
+fn installing(install: impl FnOnce()) -> Vec<Weak<LostState>> {
+    let outer = DISPLACED.with(|d| d.borrow_mut().replace(Vec::new()));
+    install();
+    DISPLACED.with(|d| std::mem::replace(&mut *d.borrow_mut(), outer).unwrap_or_default())
+}
+
+impl Drop for CallbackGuard {
+    fn drop(&mut self) {
+        if *self.called.get_mut() {
+            return;
+        }
+        let state = Arc::downgrade(&self.state);
+        let chained = DISPLACED.with(|d| match d.try_borrow_mut() {
+            Ok(mut d) => d.as_mut().map(|d| d.push(state)).is_some(),
+            Err(_) => false,
+        });
+        if !chained && self.backend.strong_count() > 0 && self.state.why().is_none() {
+            tracing::warn!(
+                "vrampool: the device's lost callback was replaced \
+                 (Device::set_device_lost_callback): this pool no longer learns of a device \
+                 loss from wgpu; register through Pool::on_device_lost instead"
+            );
+        }
+    }
 }
 
 type LostObserver = Arc<dyn Fn(&str) + Send + Sync>;
@@ -377,10 +460,24 @@ impl LostState {
     }
 
     fn lose(self: &Arc<Self>, why: String) {
+        for other in self.chain() {
+            other.lose_alone(why.clone());
+        }
+        self.lose_alone(why);
+    }
+
+    /// [`LostState::lose`] for this state only.
+    fn lose_alone(self: &Arc<Self>, why: String) {
         if self.why.set(why).is_err() {
             return; // reported already
         }
         super::lock::notify_lost(self);
+    }
+
+    /// The states chained to this one that are still some pool's.
+    fn chain(&self) -> Vec<Arc<LostState>> {
+        let chained = self.chained.lock().unwrap_or_else(|e| e.into_inner());
+        chained.iter().filter_map(Weak::upgrade).collect()
     }
 
     /// A loss the driver reported, from inside wgpu's own locks: the
@@ -389,14 +486,19 @@ impl LostState {
     /// calls the pool or the device does not wait for the thread that holds
     /// them. A panic there is that thread's.
     fn lose_from_driver(self: &Arc<Self>, why: String) {
-        if self.why.set(why).is_err() {
-            return;
+        let mut told = Vec::new();
+        for state in self.chain().into_iter().chain([Arc::clone(self)]) {
+            if state.why.set(why.clone()).is_ok() {
+                told.push(state);
+            }
         }
         #[cfg(not(target_arch = "wasm32"))]
-        if spawn_notify(vec![Arc::clone(self)]).is_ok() {
+        if spawn_notify(told.clone()).is_ok() {
             return;
         }
-        super::lock::notify_lost(self);
+        for state in &told {
+            super::lock::notify_lost(state);
+        }
     }
 
     /// Adds an observer, called at once (see [`super::lock::notify_lost`])

@@ -145,18 +145,42 @@ fn a_block_parked_in_the_front_cache_before_the_loss_is_not_handed_out() {
 }
 
 #[test]
-fn the_newest_pool_on_a_device_holds_its_lost_callback() {
-    // wgpu keeps one lost callback per device: the pool made last holds it
-    // (the documented rule: one pool per device, shared).
+fn every_pool_on_a_device_hears_of_its_loss() {
+    // wgpu keeps one lost callback per device: each pool made takes it over
+    // (and wgpu drops the one it replaces). The newest pool tells the older
+    // ones, a pool made between them and dropped since included: none of
+    // them serves its cache from the destroyed device, and every observer
+    // is called. Before, only the newest pool heard of it; the oldest served
+    // its parked block.
     let (device, queue, _) = device();
     let old = Pool::new(device.clone(), queue.clone(), PoolOptions::default()).unwrap();
+    let seen = Arc::new(Mutex::new(0));
+    let sink = Arc::clone(&seen);
+    old.on_device_lost(move |_| *sink.lock().unwrap() += 1);
+    drop(old.alloc(AllocDesc::storage(4096)).unwrap());
+    old.submitted(); // a block of 4 KiB cached, a hit for the next request
+    let between = Pool::new(device.clone(), queue.clone(), PoolOptions::default()).unwrap();
     let new = Pool::new(device.clone(), queue, PoolOptions::default()).unwrap();
+    drop(between);
     device.destroy();
     let _ = device.poll(wgpu::PollType::Poll);
-    lost(new.alloc(AllocDesc::storage(4096)));
     assert!(new.device_lost().is_some());
     assert!(
-        old.device_lost().is_none(),
-        "the older pool no longer hears of it"
+        old.device_lost()
+            .is_some_and(|why| why.contains("Device::destroy")),
+        "{:?}",
+        old.device_lost()
+    );
+    lost(old.alloc(AllocDesc::storage(4096)));
+    lost(new.alloc(AllocDesc::storage(4096)));
+    assert_eq!(
+        old.stats().counters.front_hits,
+        0,
+        "no hit on the lost device"
+    );
+    assert_eq!(
+        *seen.lock().unwrap(),
+        1,
+        "the older pool's observer ran once"
     );
 }
