@@ -73,6 +73,13 @@ pub trait Backend {
     fn flush_moves(&mut self) {}
     /// Called after a batch of destroys, so the device can really free them (wgpu: poll).
     fn flush_releases(&mut self) {}
+    /// Called once after a device refusal released the whole cache, before
+    /// the last try: waits until the device has really freed what was
+    /// released (wgpu natively: until the work submitted so far is done, as
+    /// PyTorch synchronizes before its last try; a destroyed buffer's memory
+    /// returns only then). Nothing by default, and in a browser, which
+    /// cannot block.
+    fn settle_releases(&mut self) {}
     /// How the device's own allocator holds a segment made with `usage`, if
     /// it places segments in shared blocks of device memory (wgpu on Vulkan:
     /// gpu-allocator). The engine then keeps a model of those blocks and, with

@@ -220,6 +220,10 @@ impl<B: Backend> Backend for Faulty<B> {
         self.inner.flush_releases();
     }
 
+    fn settle_releases(&mut self) {
+        self.inner.settle_releases();
+    }
+
     fn can_move(&self, usage: u32) -> bool {
         self.inner.can_move(usage)
     }

@@ -935,3 +935,62 @@ fn fitted_segments_keep_what_the_device_holds_near_what_the_pool_reserves() {
         "device bytes made and freed {churn_off} → {churn_fit}"
     );
 }
+
+/// A device that frees a destroyed segment's memory only once the work that
+/// used it is done, at `settle_releases` (as wgpu frees a buffer that
+/// submitted commands still use only after they ran).
+struct Lagging {
+    inner: SimulatedDevice,
+    dying: Vec<<SimulatedDevice as vrampool::Backend>::Segment>,
+    settles: u32,
+}
+
+impl vrampool::Backend for Lagging {
+    type Segment = <SimulatedDevice as vrampool::Backend>::Segment;
+    fn create_segment(
+        &mut self,
+        desc: &vrampool::SegmentDesc<'_>,
+    ) -> Result<Self::Segment, vrampool::DeviceError> {
+        self.inner.create_segment(desc)
+    }
+    fn destroy_segment(&mut self, segment: Self::Segment) {
+        self.dying.push(segment);
+    }
+    fn settle_releases(&mut self) {
+        self.settles += 1;
+        for s in self.dying.drain(..) {
+            self.inner.destroy_segment(s);
+        }
+    }
+    fn max_segment_size(&self) -> u64 {
+        self.inner.max_segment_size()
+    }
+}
+
+#[test]
+fn the_last_try_after_a_refusal_waits_for_the_released_cache() {
+    // 3 GiB cached on a 4 GiB device whose freed memory returns only when
+    // the work using it is done: a 2 GiB request is refused, the whole
+    // cache released, and the device waited for before the last try, which
+    // then succeeds (as PyTorch synchronizes before its last try). Without
+    // the wait the request failed with 3 GiB released.
+    let mut e = Engine::new(
+        Lagging {
+            inner: SimulatedDevice::new(4 << 30),
+            dying: Vec::new(),
+            settles: 0,
+        },
+        Config {
+            headroom: None,
+            ..Config::default()
+        },
+    )
+    .unwrap();
+    let a = e.allocate(Request::new(3 << 30, 0)).unwrap();
+    e.free(a.id).unwrap();
+    let b = e.allocate(Request::new(2 << 30, 1)).unwrap();
+    assert_eq!(e.backend().settles, 1);
+    assert_eq!(e.stats().counters.alloc_retries, 1);
+    e.free(b.id).unwrap();
+    e.check_invariants().unwrap();
+}

@@ -442,7 +442,9 @@ impl<B: Backend> Engine<B> {
                     plan.retried = true;
                 }
                 plan.released_all = true;
-                self.release(u64::MAX);
+                if self.release(u64::MAX) > 0 {
+                    self.backend.settle_releases();
+                }
                 Ok(plan)
             }
             DeviceError::OutOfMemory => {

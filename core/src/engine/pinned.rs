@@ -221,7 +221,9 @@ impl<B: Backend> Engine<B> {
             DeviceError::OutOfMemory if !plan.released_all && self.releasable() > 0 => {
                 plan.released_all = true;
                 self.counters.alloc_retries += 1;
-                self.release(u64::MAX);
+                if self.release(u64::MAX) > 0 {
+                    self.backend.settle_releases();
+                }
                 Ok(())
             }
             DeviceError::OutOfMemory => {

@@ -587,6 +587,15 @@ impl Backend for WgpuBackend {
         });
     }
 
+    fn settle_releases(&mut self) {
+        // A destroyed buffer that submitted work still uses is freed once
+        // that work is done: wait for it (natively; a browser cannot block).
+        #[cfg(not(target_arch = "wasm32"))]
+        shielded(|| {
+            let _ = self.device.poll(wgpu::PollType::wait_indefinitely());
+        });
+    }
+
     fn lost(&self) -> Option<String> {
         self.lost.why().map(str::to_string)
     }
