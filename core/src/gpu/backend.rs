@@ -65,6 +65,8 @@ pub(super) struct PendingSegment {
     /// The device's lost state: wgpu swallows the errors of a lost device,
     /// so scopes that come back clean say nothing of a loss met meanwhile.
     lost: Arc<LostState>,
+    /// The usage the buffer was made with (a refusal's advice reads it).
+    usage: wgpu::BufferUsages,
 }
 
 impl PendingSegment {
@@ -80,7 +82,9 @@ impl PendingSegment {
             Some(scope) => scope.await,
             None => None,
         };
-        classify(oom, validation).map_err(|refusal| self.told(refusal))?;
+        classify(oom, validation)
+            .map_err(|refusal| advised(refusal, self.usage))
+            .map_err(|refusal| self.told(refusal))?;
         // Lost while it was made (the driver's error, which wgpu reports
         // through the lost callback alone) or while the scopes were awaited.
         if let Some(why) = self.lost.why() {
@@ -148,6 +152,25 @@ fn classify(oom: Option<wgpu::Error>, validation: Option<wgpu::Error>) -> Result
             }
         }
         None => Ok(()),
+    }
+}
+
+/// A device's own refusal, with what to do where the pool can tell: a
+/// segment of storage beside vertex or index use (the pool widens usages so
+/// its blocks share buffers) is what GLES 3.0 and WebGL2 refuse.
+fn advised(refusal: DeviceError, usage: wgpu::BufferUsages) -> DeviceError {
+    use wgpu::BufferUsages as U;
+    match refusal {
+        DeviceError::Other(message)
+            if usage.contains(U::STORAGE) && usage.intersects(U::INDEX | U::VERTEX) =>
+        {
+            DeviceError::Other(format!(
+                "{message} (the segment's usage is {usage:?}: where a device cannot have \
+                 storage beside vertex or index use, as GLES 3.0 and WebGL2 cannot, make the \
+                 pool with PoolOptions::widen_usage = false)"
+            ))
+        }
+        refusal => refusal,
     }
 }
 
@@ -351,6 +374,7 @@ impl WgpuBackend {
             _ => None,
         };
         Ok(PendingSegment {
+            usage,
             buffer: Some(buffer),
             oom: Some(oom),
             validation: Some(validation),
@@ -656,6 +680,21 @@ mod tests {
     use super::*;
     use std::sync::mpsc;
     use std::time::Duration;
+
+    #[test]
+    fn a_refused_widened_segment_says_to_stop_widening() {
+        use wgpu::BufferUsages as U;
+        let refused = || DeviceError::Other("Validation Error: usage".into());
+        let widened = advised(refused(), U::STORAGE | U::INDEX | U::COPY_DST);
+        assert!(
+            matches!(&widened, DeviceError::Other(m) if m.contains("widen_usage = false")),
+            "{widened:?}"
+        );
+        // Storage alone, an out-of-memory and a loss are told as they came.
+        assert_eq!(advised(refused(), U::STORAGE), refused());
+        let oom = advised(DeviceError::OutOfMemory, U::STORAGE | U::VERTEX);
+        assert_eq!(oom, DeviceError::OutOfMemory);
+    }
 
     #[test]
     fn a_driver_loss_runs_observers_outside_the_thread_that_reports_it() {
