@@ -12,6 +12,19 @@ pub enum Limit {
     Fraction(f64),
 }
 
+/// Whether `f` is a memory fraction a limit may be: in (0, 1], as
+/// PyTorch's `set_per_process_memory_fraction` takes.
+pub(crate) fn fraction_ok(f: f64) -> Result<(), String> {
+    if f > 0.0 && f <= 1.0 {
+        Ok(())
+    } else {
+        Err(format!(
+            "a memory fraction must be above 0 and at most 1 (of the device's capacity), got \
+             {f}; for a limit in bytes give Limit::Bytes"
+        ))
+    }
+}
+
 /// What a hard limit is for, which decides how the pool places requests
 /// under it.
 ///
@@ -645,12 +658,8 @@ impl Config {
                 self.alignment
             ));
         }
-        if let Some(crate::Limit::Fraction(f)) = self.limit
-            && !(f > 0.0 && f.is_finite())
-        {
-            return Err(format!(
-                "limit: a memory fraction must be positive and finite, got {f}"
-            ));
+        if let Some(crate::Limit::Fraction(f)) = self.limit {
+            fraction_ok(f).map_err(|why| format!("limit: {why}"))?;
         }
         non_negative("churn_limit", self.churn_limit)?;
         non_negative("max_headroom_credit", self.max_headroom_credit)?;

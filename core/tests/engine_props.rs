@@ -1337,12 +1337,21 @@ fn a_segment_made_after_the_device_was_lost_serves_nothing() {
 
 #[test]
 fn a_memory_fraction_that_cannot_be_is_refused_by_validate() {
-    for f in [-0.5, 0.0, f64::NAN, f64::INFINITY] {
+    // Above 1 too, as PyTorch's set_per_process_memory_fraction refuses it.
+    for f in [-0.5, 0.0, f64::NAN, f64::INFINITY, 1.5] {
         let c = Config {
             limit: Some(Limit::Fraction(f)),
             ..Config::default()
         };
-        assert!(c.validate().unwrap_err().contains("fraction"), "{f}");
+        assert!(c.validate().unwrap_err().contains("at most 1"), "{f}");
+    }
+    for f in [1e-9, 0.5, 1.0] {
+        let c = Config {
+            limit: Some(Limit::Fraction(f)),
+            capacity: Some(1 << 30),
+            ..Config::default()
+        };
+        assert!(c.validate().is_ok(), "{f}");
     }
 }
 

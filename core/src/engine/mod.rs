@@ -231,17 +231,19 @@ impl<B: Backend> Engine<B> {
             None => None,
             Some(Limit::Bytes(b)) => Some(b),
             Some(Limit::Fraction(f)) => {
-                if !(f > 0.0 && f.is_finite()) {
-                    return Err(Error::Config(format!(
-                        "a memory fraction must be positive, got {f}"
-                    )));
-                }
-                let cap = self.config.capacity.or(self.backend.capacity()).ok_or_else(|| {
-                    Error::Config(
-                        "a fraction limit needs the device capacity: set Config::capacity (the device does not report it)"
+                crate::config::fraction_ok(f).map_err(Error::Config)?;
+                let cap = self
+                    .config
+                    .capacity
+                    .or(self.backend.capacity())
+                    .ok_or_else(|| {
+                        Error::Config(
+                        "a fraction limit needs the device capacity, which wgpu does not report: \
+                         set Config::capacity where the pool is made (PoolOptions::config), or \
+                         give the limit in bytes (Limit::Bytes)"
                             .into(),
                     )
-                })?;
+                    })?;
                 Some((cap as f64 * f) as u64)
             }
         })

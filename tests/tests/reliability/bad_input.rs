@@ -162,17 +162,22 @@ fn bad_configurations_are_refused_and_leave_the_limit_alone() {
         (
             "a NaN fraction",
             Limit::Fraction(f64::NAN),
-            "must be positive",
+            "must be above 0 and at most 1",
         ),
         (
             "a negative fraction",
             Limit::Fraction(-1.0),
-            "must be positive",
+            "must be above 0 and at most 1",
         ),
         (
             "an infinite fraction",
             Limit::Fraction(f64::INFINITY),
-            "must be positive",
+            "must be above 0 and at most 1",
+        ),
+        (
+            "a fraction above 1",
+            Limit::Fraction(1.5),
+            "must be above 0 and at most 1",
         ),
     ] {
         let e = pool.set_limit(Some(limit)).unwrap_err().to_string();
