@@ -625,7 +625,10 @@ fn a_pool_that_submits_every_few_operations_does_not_recreate_its_segments() {
     // 6 with no submits at all, a gap of its own, and 41 against 10 with a
     // submit every 64: small segments, which wgpu sub-allocates).
     for name in ["small_loop.csv.gz", "heldout/gan_train.csv.gz"] {
-        let trace = Trace::open(format!("../data/traces/{name}")).unwrap();
+        let trace = Trace::open(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../data/traces/{name}")),
+        )
+        .unwrap();
         for every in [16, 64] {
             let created = |config| {
                 let mut e = Engine::new(SimulatedDevice::new(141 << 30), config).unwrap();

@@ -145,7 +145,27 @@ fn ensure_tools() -> Result<String> {
             "installing wasm-bindgen-cli {want} to match Cargo.lock (found: {}); this takes several minutes once",
             have.as_deref().unwrap_or("none")
         );
-        status(Command::new("cargo").args(["install", "wasm-bindgen-cli", "--version", &want]))?;
+        // --locked: the crate's own lockfile, not the newest dependencies of
+        // the day (which may need a newer Rust than this machine has).
+        status(Command::new("cargo").args([
+            "install",
+            "wasm-bindgen-cli",
+            "--version",
+            &want,
+            "--locked",
+        ]))?;
+        let found = Command::new("wasm-bindgen")
+            .arg("--version")
+            .output()
+            .ok()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+        if found.as_deref() != Some(&format!("wasm-bindgen {want}")) {
+            bail!(
+                "installed wasm-bindgen-cli {want}, but `wasm-bindgen` on PATH says {}: put \
+                 cargo's bin folder ($CARGO_HOME/bin, usually ~/.cargo/bin) first on PATH",
+                found.as_deref().unwrap_or("nothing")
+            );
+        }
     }
     Ok(want)
 }
@@ -164,7 +184,8 @@ fn build() -> Result<()> {
     ]))?;
     let wasm = target_dir()?.join("wasm32-unknown-unknown/wasm-release/vrampool_web.wasm");
     let site = site()?;
-    std::fs::create_dir_all(site.join("pkg"))?;
+    std::fs::create_dir_all(site.join("pkg"))
+        .with_context(|| format!("creating {}", site.join("pkg").display()))?;
     status(Command::new("wasm-bindgen").args([
         "--target",
         "web",
@@ -178,13 +199,16 @@ fn build() -> Result<()> {
     ]))?;
     std::fs::copy(root.join("index.html"), site.join("index.html"))
         .context("copying index.html")?;
-    std::fs::create_dir_all(site.join("samples"))?;
-    for entry in std::fs::read_dir(root.join("web/samples"))? {
+    std::fs::create_dir_all(site.join("samples"))
+        .with_context(|| format!("creating {}", site.join("samples").display()))?;
+    let samples = root.join("web/samples");
+    for entry in std::fs::read_dir(&samples)
+        .with_context(|| format!("reading the page's samples in {}", samples.display()))?
+    {
         let p = entry?.path();
-        std::fs::copy(
-            &p,
-            site.join("samples").join(p.file_name().context("a file")?),
-        )?;
+        let to = site.join("samples").join(p.file_name().context("a file")?);
+        std::fs::copy(&p, &to)
+            .with_context(|| format!("copying {} to {}", p.display(), to.display()))?;
     }
     size()?;
     Ok(())
