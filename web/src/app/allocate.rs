@@ -6,7 +6,7 @@ use leptos::task::spawn_local;
 use vrampool::fmt_bytes;
 
 use super::page::{BUSY, Page, REPLAYING, replaying};
-use crate::model::{MAX_COUNT, ModelCell, Usage, allocate_held, parse_count};
+use crate::model::{MAX_COUNT, ModelCell, Usage, allocate_held, parse_count, parse_size};
 
 /// The allocate inputs, shared with "induce OOM" (which fills them in).
 #[derive(Clone, Copy)]
@@ -38,7 +38,10 @@ pub fn allocate(page: Page, form: AllocForm) {
         Ok(n) => n,
         Err(e) => return page.fail(e),
     };
-    let size: u64 = form.size.get_untracked().parse().unwrap_or(1 << 20);
+    let size = match parse_size(&form.size.get_untracked()) {
+        Ok(size) => size,
+        Err(e) => return page.fail(e),
+    };
     let usage = Usage::parse(&form.usage.get_untracked());
     if replaying(page) {
         return page.fail(REPLAYING);
@@ -79,6 +82,11 @@ pub fn AllocatePanel() -> impl IntoView {
         });
     };
     let empty_cache = move |_| {
+        // Not under a replay: the cache it would give back is the replay's,
+        // whose device allocations would then differ from the harness's.
+        if replaying(page) {
+            return page.fail(REPLAYING);
+        }
         let bytes = page.with_model(|m| {
             let before = m.stats().total.reserved_bytes.current;
             let bytes = m.empty_cache();

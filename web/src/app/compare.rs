@@ -352,10 +352,14 @@ async fn start(page: Page, source: String, speed: f64) {
     };
     let name = trace.name.clone();
     match Compare::new(trace, SimDevice::PAGE, speed) {
-        Ok(c) => {
+        Ok(mut c) => {
             let id = c.id();
             page.peak.set(Some(c.peak().clone()));
             page.scrub.set(None);
+            // The scrubber shows the new comparison at once (its start), not
+            // the old one's moment until the tick's next look.
+            page.moment.set(c.moment(None, MAPS_SHOWN));
+            page.compare_view.set(CompareView::of(&c));
             page.say(format!(
                 "comparing {name} side by side: vrampool and PyTorch's scheme, each on a simulated {} device",
                 fmt_bytes(SimDevice::PAGE.capacity)

@@ -45,6 +45,9 @@ fn download(name: &str, mime: &str, text: &str) -> Result<(), String> {
 /// An imported snapshot, as shown.
 #[derive(Clone, PartialEq)]
 struct Imported {
+    /// Which import this is (1, 2, …): the same file loaded again is a new
+    /// one, so `data-import` tells it has been read and shown.
+    serial: u64,
     name: String,
     segments: usize,
     blocks: usize,
@@ -55,10 +58,11 @@ struct Imported {
 }
 
 impl Imported {
-    fn of(name: String, s: &Snapshot) -> Imported {
+    fn of(serial: u64, name: String, s: &Snapshot) -> Imported {
         let blocks = s.segments.iter().flat_map(|g| &g.blocks);
         let (bars, hidden) = segment_views(s, SHOWN);
         Imported {
+            serial,
             name,
             segments: s.segments.len(),
             blocks: blocks.clone().count(),
@@ -126,7 +130,11 @@ pub fn ExportPanel() -> impl IntoView {
             let bytes = js_sys::Uint8Array::new(&buf).to_vec();
             match serde_json::from_slice::<Snapshot>(&bytes) {
                 Ok(s) => match s.validate() {
-                    Ok(()) => imported.set(Some(Imported::of(name, &s))),
+                    Ok(()) => {
+                        let serial =
+                            imported.with_untracked(|i| i.as_ref().map_or(0, |i| i.serial));
+                        imported.set(Some(Imported::of(serial + 1, name, &s)));
+                    }
                     Err(e) => import_error.set(Some(format!(
                         "{name} is not a snapshot a pool could write: {e}"
                     ))),
@@ -157,7 +165,7 @@ pub fn ExportPanel() -> impl IntoView {
         </div>
         <p class="error" id="import-error">{move || import_error.get()}</p>
         {move || imported.get().map(|s| view! {
-            <div id="imported-snapshot" data-segments=s.segments.to_string() data-blocks=s.blocks.to_string()>
+            <div id="imported-snapshot" data-import=s.serial.to_string() data-segments=s.segments.to_string() data-blocks=s.blocks.to_string()>
                 <p>{format!(
                     "{}: {} segments, {} blocks, {} reserved, {} live",
                     s.name, s.segments, s.blocks, fmt_bytes(s.reserved), fmt_bytes(s.live)

@@ -22,8 +22,8 @@ use crate::model::{Compare, Model, ModelCell, Moment, PeakStack, Point};
 /// training step is awaiting it.
 pub const BUSY: &str = "busy: a replay or training step is using the GPU; press again in a moment";
 
-/// Said when "allocate" or "train" is pressed during a replay, whose figures
-/// they would change.
+/// Said when "allocate", "empty_cache()", "apply", "induce OOM" or "train"
+/// is pressed during a replay, whose figures they would change.
 pub const REPLAYING: &str = "a replay is running: stop it or let it end first";
 
 /// Whether a replay is running on the page's pool.

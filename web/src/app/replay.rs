@@ -12,7 +12,7 @@ use vrampool::{Trace, fmt_bytes};
 
 use super::page::{Page, TICK, now_s, rest_of_tick, sleep};
 use crate::model::{
-    MAX_UPLOAD_ROWS, Model, ModelCell, Replay, ReplayResult, SAMPLES, advance_replay, parse_speed,
+    MAX_UPLOAD_ROWS, Model, ModelCell, ReplayResult, SAMPLES, advance_replay, parse_speed,
     refuse_upload,
 };
 
@@ -20,10 +20,10 @@ use crate::model::{
 const MAX_EVENTS_PER_TICK: usize = 5000;
 
 /// What the replay status shows (written by the tick).
-#[derive(Clone, Copy, Default, PartialEq)]
+#[derive(Clone, Default, PartialEq)]
 pub struct ReplayView {
-    /// Events taken and events in all, while a replay runs.
-    pub progress: Option<(usize, usize)>,
+    /// The trace, events taken and events in all, while a replay runs.
+    pub progress: Option<(String, usize, usize)>,
     /// The last replay's figures.
     pub result: Option<ReplayResult>,
 }
@@ -32,18 +32,23 @@ impl ReplayView {
     /// The replay of `m`.
     pub fn of(m: &Model) -> ReplayView {
         ReplayView {
-            progress: m.replay.as_ref().map(Replay::progress),
-            result: m.replay_result,
+            progress: m.replay.as_ref().map(|r| {
+                let (i, n) = r.progress();
+                (r.trace_name().to_string(), i, n)
+            }),
+            result: m.replay_result.clone(),
         }
     }
 
-    /// The status line: progress, or the last replay's figures.
+    /// The status line: progress, or the last replay's figures, each
+    /// naming its trace (the sample picked may since be another).
     fn status(&self) -> String {
-        match (self.progress, self.result) {
-            (Some((i, n)), _) => format!("replaying: {i} / {n} events"),
+        match (&self.progress, &self.result) {
+            (Some((name, i, n)), _) => format!("replaying {name}: {i} / {n} events"),
             (None, Some(r)) => {
                 let mut line = format!(
-                    "{}: {} events. vrampool (this pool): peak reserved {} = {:.3} × peak live, {} device allocations, {} cache hits, {} OOMs",
+                    "{} {}: {} events. vrampool (this pool): peak reserved {} = {:.3} × peak live, {} device allocations, {} cache hits, {} OOMs",
+                    r.trace,
                     r.word(),
                     r.ops,
                     fmt_bytes(r.peak_reserved),
@@ -136,7 +141,8 @@ pub fn ReplayPanel() -> impl IntoView {
     };
     let replay_sample = move |_| {
         trace_error.set(None);
-        page.with_model(|m| m.replay_result = None);
+        // The last result stays until the new replay starts: a fetch that
+        // fails leaves it shown, with the error (the status names its trace).
         let name = sample.get_untracked();
         spawn_local(async move {
             let trace = fetch_bytes(&format!("samples/{name}.csv.gz"))

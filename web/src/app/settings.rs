@@ -7,7 +7,7 @@ use vrampool::{Growth, fmt_bytes};
 
 use super::allocate::{AllocForm, allocate};
 use super::page::{Page, REPLAYING, replaying};
-use crate::model::{ModelCell, parse_mib};
+use crate::model::{ModelCell, parse_budget, parse_mib};
 
 const MIB: u64 = 1 << 20;
 
@@ -21,11 +21,18 @@ pub fn SettingsPanel() -> impl IntoView {
     let growth = RwSignal::new("on-demand".to_string());
     let prealloc = RwSignal::new("64".to_string());
 
+    // Empty is "no limit" for the budget and the cache limit; a budget of 0
+    // is refused (it would refuse everything), a cache limit of 0 caches
+    // nothing; a preallocation must be given.
     let read_settings = move || -> Result<_, String> {
-        let b = parse_mib(&budget.get_untracked())?.filter(|&b| b > 0);
-        let c = parse_mib(&cache_limit.get_untracked())?;
+        let b = parse_budget(&budget.get_untracked())?;
+        let c = parse_mib(&cache_limit.get_untracked()).map_err(|e| format!("cache limit {e}"))?;
         let g = if growth.get_untracked() == "preallocate" {
-            Growth::Preallocate(parse_mib(&prealloc.get_untracked())?.unwrap_or(64 * MIB))
+            match parse_mib(&prealloc.get_untracked()) {
+                Ok(Some(bytes)) => Growth::Preallocate(bytes),
+                Ok(None) => return Err("preallocate: give the MiB to reserve up front".into()),
+                Err(e) => return Err(format!("preallocation {e}")),
+            }
         } else {
             Growth::OnDemand
         };
@@ -44,22 +51,40 @@ pub fn SettingsPanel() -> impl IntoView {
         };
         page.with_model(|m| {
             // Growth changes only with a new pool; so does a new preallocation.
-            let now_pre = m.snapshot().segments.iter().any(|s| s.pinned);
-            let want_pre = matches!(g, Growth::Preallocate(_));
-            let r = if now_pre != want_pre || want_pre {
-                m.reset(g, b, c)
+            // New limits alone apply to this pool: its blocks, cache and
+            // counters stay.
+            let renew = m.growth() != g;
+            let r = if renew {
+                m.reset(g, b, c).map_err(|e| e.to_string())
             } else {
-                m.set_limits(b, c)
+                // The pool keeps its preallocation whatever the budget (it
+                // is pinned): one below it is refused, as a new pool's is.
+                let pinned: u64 = m
+                    .snapshot()
+                    .segments
+                    .iter()
+                    .filter(|s| s.pinned)
+                    .map(|s| s.size)
+                    .sum();
+                match b.filter(|&b| b < pinned) {
+                    Some(b) => Err(format!(
+                        "a budget of {} is below the {} this pool preallocated: raise the budget, or preallocate less",
+                        fmt_bytes(b),
+                        fmt_bytes(pinned)
+                    )),
+                    None => m.set_limits(b, c).map_err(|e| e.to_string()),
+                }
             };
             match r {
                 Ok(()) => m.say(format!(
-                    "settings: budget {}, cache limit {}, growth {g:?}",
+                    "settings ({}): budget {}, cache limit {}, growth {g:?}",
+                    if renew { "a new pool" } else { "this pool" },
                     b.map_or("none".into(), fmt_bytes),
                     c.map_or("none".into(), fmt_bytes)
                 )),
                 Err(e) => {
                     m.say(format!("settings refused: {e}"));
-                    page.fail(e.to_string());
+                    page.fail(e);
                 }
             }
         });
@@ -93,8 +118,8 @@ pub fn SettingsPanel() -> impl IntoView {
     view! {
         <h2>"Settings"</h2>
         <div class="row">
-            <label>"budget MiB " <input id="budget" placeholder="none" prop:value=budget on:input=move |e| budget.set(event_target_value(&e)) /></label>
-            <label>"cache limit MiB " <input id="cache-limit" placeholder="none" prop:value=cache_limit on:input=move |e| cache_limit.set(event_target_value(&e)) /></label>
+            <label>"budget MiB " <input id="budget" placeholder="none" title="empty: no limit" prop:value=budget on:input=move |e| budget.set(event_target_value(&e)) /></label>
+            <label>"cache limit MiB " <input id="cache-limit" placeholder="none" title="empty: no limit; 0: cache nothing" prop:value=cache_limit on:input=move |e| cache_limit.set(event_target_value(&e)) /></label>
         </div>
         <div class="row">
             <select id="growth" prop:value=growth on:change=move |e| growth.set(event_target_value(&e))>

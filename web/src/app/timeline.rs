@@ -1,8 +1,9 @@
 //! The timeline: allocated / reserved / cached against the budget over the
-//! last minute, on a time axis in seconds and a byte axis, the peak marked,
-//! a legend, and a readout of the moment under the pointer. Its geometry
-//! (scale, ticks, polylines, budget line, peak) is computed once per
-//! sample, as a memo.
+//! last minute of the current pool (a new pool starts it again), on a time
+//! axis in seconds and a byte axis, the highest reserved sample marked, a
+//! legend, and a readout of the moment under the pointer. Its geometry
+//! (scale, ticks, polylines, budget runs, highest sample) is computed once
+//! per sample, as a memo.
 
 use std::collections::VecDeque;
 
@@ -11,8 +12,8 @@ use vrampool::fmt_bytes;
 
 use super::chart::{Frame, axes, pointer_fraction, swatch};
 use super::page::Page;
-use crate::model::Point;
 use crate::model::axes::{Tick, byte_ticks, polyline, second_ticks};
+use crate::model::{Point, budget_runs};
 
 /// The chart's viewBox.
 const FRAME: Frame = Frame::new(800.0, 230.0);
@@ -65,9 +66,11 @@ struct Geometry {
     reserved: String,
     allocated: String,
     cached: String,
-    /// Height of the budget line, if there is a budget.
-    budget: Option<f64>,
-    /// Where the highest reserved point is, and its value.
+    /// The budget where each sample had it: a path of a level per run.
+    budget: String,
+    /// Where the highest reserved sample is, and its value. Not the pool's
+    /// peak (the figures' "peak reserved"): a peak between two samples, or
+    /// more than a minute ago, is not among them.
     peak: Option<(f64, f64, u64)>,
     y_ticks: Vec<Tick>,
     x_ticks: Vec<Tick>,
@@ -81,7 +84,13 @@ impl Geometry {
             reserved: s.polyline(points, |p| p.reserved),
             allocated: s.polyline(points, |p| p.allocated),
             cached: s.polyline(points, |p| p.cached),
-            budget: points.back().and_then(|p| p.budget).map(|b| s.y(b)),
+            budget: budget_runs(points)
+                .into_iter()
+                .map(|(t1, t2, b)| {
+                    let y = s.y(b);
+                    format!("M{}", polyline([(s.x(t1), y), (s.x(t2), y)]))
+                })
+                .collect(),
             peak: points
                 .iter()
                 .max_by_key(|p| p.reserved)
@@ -139,9 +148,15 @@ pub fn Timeline() -> impl IntoView {
                 <polyline id="line-reserved" class="reserved" points=line(|g| &g.reserved) />
                 <polyline id="line-allocated" class="allocated" points=line(|g| &g.allocated) />
                 <polyline id="line-cached" class="cached" points=line(|g| &g.cached) />
-                {move || geometry.with(|g| g.budget).map(|y| view! { <line class="budget" x1=FRAME.left x2=FRAME.w - FRAME.right y1=y y2=y /> })}
+                // A path, not `line.budget`s: one element however often the budget
+                // changed. Styled here as the page's `line.budget` is.
+                <path class="budget" d=line(|g| &g.budget)
+                      style="fill: none; stroke: var(--budget); stroke-dasharray: 6 4; vector-effect: non-scaling-stroke" />
                 {move || geometry.with(|g| g.peak).map(|(x, y, v)| view! {
-                    <circle class="peak" cx=x cy=y r="4"><title>{format!("peak reserved {}", fmt_bytes(v))}</title></circle>
+                    <circle class="peak" cx=x cy=y r="4"><title>{format!(
+                        "highest reserved sample {}; the pool's peak, between samples too, is the figure \"peak reserved\"",
+                        fmt_bytes(v)
+                    )}</title></circle>
                 })}
                 {move || shown.get().map(|(x, _)| view! { <line class="cursor" x1=x x2=x y1=FRAME.top y2=FRAME.base() /> })}
             </svg>
@@ -150,7 +165,7 @@ pub fn Timeline() -> impl IntoView {
                 {swatch("allocated", "allocated (handed out)".into())}
                 {swatch("cached", "cached (free, kept for reuse)".into())}
                 {swatch("budget", "budget".into())}
-                {swatch("peak", "peak reserved".into())}
+                {swatch("peak", "highest reserved sample".into())}
             </div>
             <p class="readout" id="timeline-readout">
                 {move || shown.get().map_or_else(|| "point at the chart for the figures at that moment".to_string(), |(_, t)| t)}

@@ -9,7 +9,7 @@ use leptos::task::spawn_local;
 use vrampool::{Pool, fmt_bytes};
 use vrampool_workload::{Dtype, MlpConfig, Trainer, find_batch};
 
-use super::page::{Page, REPLAYING, now_s, replaying, rest_of_tick, sleep};
+use super::page::{BUSY, GpuClaim, Page, REPLAYING, now_s, replaying, rest_of_tick, sleep};
 use crate::model::{Backing, ModelCell};
 
 /// What the training status shows.
@@ -53,10 +53,14 @@ impl TrainView {
     }
 }
 
-/// Makes the trainer (its weights come from the pool), then trains.
-async fn start_training(page: Page, backing: Rc<dyn Backing>, cfg: MlpConfig) {
+/// Makes the trainer (its weights come from the pool, under `claim`, as
+/// every allocation of the page's tasks is), then trains.
+async fn start_training(page: Page, backing: Rc<dyn Backing>, cfg: MlpConfig, claim: GpuClaim) {
     let Some(pool) = backing.webgpu() else { return };
-    let trainer = match Trainer::new(pool, cfg).await {
+    let made = Trainer::new(pool, cfg).await;
+    // Each step claims the GPU again.
+    drop(claim);
+    let trainer = match made {
         Ok(t) => t,
         Err(e) => return page.fail(format!("cannot start training: {e}")),
     };
@@ -148,7 +152,10 @@ pub fn TrainingPanel() -> impl IntoView {
         else {
             return page.fail("training runs shaders: it needs a WebGPU device");
         };
-        spawn_local(start_training(page, backing, config()));
+        let Some(claim) = page.claim_gpu() else {
+            return page.fail(BUSY);
+        };
+        spawn_local(start_training(page, backing, config(), claim));
     };
     let fit_batch = move |_| {
         let Some(limit) = page.with_model(|m| m.stats().limit).flatten() else {

@@ -91,6 +91,33 @@ pub fn parse_mib(s: &str) -> Result<Option<u64>, String> {
     Ok(Some((v * (1 << 20) as f64) as u64))
 }
 
+/// The budget typed in the settings: `None` (no limit) when empty, else a
+/// number of MiB above 0, or a message saying what it must be. A budget of
+/// 0 would refuse every allocation, and would read as "none" beside a cache
+/// limit of 0, which does mean "cache nothing": it is refused, not guessed.
+pub fn parse_budget(s: &str) -> Result<Option<u64>, String> {
+    match parse_mib(s) {
+        Ok(Some(0)) => Err(format!(
+            "budget `{}`: a budget of 0 would refuse every allocation; leave it empty for no limit",
+            s.trim()
+        )),
+        Ok(b) => Ok(b),
+        Err(e) => Err(format!("budget {e}")),
+    }
+}
+
+/// The form's bytes a block: a whole number, 1 or more, or a message saying
+/// what it must be (never a silent default).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    match s.trim().parse::<u64>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!(
+            "size `{}`: give a whole number of bytes a block, 1 or more",
+            s.trim()
+        )),
+    }
+}
+
 /// The most rows an uploaded trace may hold: 17 times the largest of the
 /// corpus (234 k), at 32 bytes an event well within a tab's memory, where a
 /// few MB of gzip can unpack to GBs of rows.
@@ -129,6 +156,31 @@ pub struct Point {
     pub cached: u64,
     /// The hard limit then.
     pub budget: Option<u64>,
+}
+
+/// The budget's runs over the timeline: each `(from, to, bytes)` a stretch
+/// of samples under one budget, from its first sample's moment to the
+/// moment of the sample after its last (the change came between the two),
+/// or to its last where it reaches the end; stretches without a budget
+/// leave gaps. Each point carries the budget of its moment, so a budget
+/// changed a minute ago is not drawn across the whole minute.
+pub fn budget_runs<'a>(points: impl IntoIterator<Item = &'a Point>) -> Vec<(f64, f64, u64)> {
+    let mut runs: Vec<(f64, f64, u64)> = Vec::new();
+    let mut open = false;
+    for p in points {
+        if let Some(run) = runs.last_mut().filter(|_| open) {
+            // The run so far reaches this sample, whatever its budget.
+            run.1 = p.t;
+            if p.budget == Some(run.2) {
+                continue;
+            }
+        }
+        open = p.budget.is_some();
+        if let Some(b) = p.budget {
+            runs.push((p.t, p.t, b));
+        }
+    }
+    runs
 }
 
 /// The page's state.
@@ -348,6 +400,11 @@ impl Model {
         released
     }
 
+    /// The growth the pool was given.
+    pub fn growth(&self) -> Growth {
+        self.growth
+    }
+
     /// Sets the hard limit and the cache limit.
     pub fn set_limits(
         &mut self,
@@ -365,7 +422,9 @@ impl Model {
         self.set_limits(budget, self.cache_limit)
     }
 
-    /// Drops every block and the pool, and starts a new one with `growth`.
+    /// Drops every block and the pool, and starts a new one with `growth`;
+    /// the timeline starts again with it, as its figures do (its peak is the
+    /// new pool's).
     pub fn reset(
         &mut self,
         growth: Growth,
@@ -391,6 +450,7 @@ impl Model {
         // The new pool's counters start at zero, and it has released nothing.
         self.last_counters = Counters::default();
         self.released = None;
+        self.points.clear();
         self.recording.next_pool();
         if !self.recording.is_full() {
             self.backing.start_recording();
@@ -573,6 +633,62 @@ mod tests {
             assert!(e.contains("from 0 to 8589934592 MiB"), "{bad}: {e}");
         }
         assert!(parse_mib("abc").unwrap_err().contains("not a number"));
+    }
+
+    #[test]
+    fn a_budget_of_0_and_a_size_not_given_are_refused_not_guessed() {
+        assert_eq!(parse_budget(""), Ok(None), "empty: no limit");
+        assert_eq!(parse_budget("12"), Ok(Some(12 << 20)));
+        for zero in ["0", "0.0", " 0 ", "1e-9"] {
+            let e = parse_budget(zero).unwrap_err();
+            assert!(e.contains("leave it empty for no limit"), "{zero}: {e}");
+        }
+        assert!(parse_budget("abc").unwrap_err().starts_with("budget `abc`"));
+        // A cache limit of 0 is a limit: cache nothing.
+        assert_eq!(parse_mib("0"), Ok(Some(0)));
+        assert_eq!(parse_size(" 1048576 "), Ok(1 << 20));
+        for bad in ["", "0", "-1", "1.5", "1 MiB", "abc"] {
+            let e = parse_size(bad).unwrap_err();
+            assert!(e.contains("whole number of bytes"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_budget_is_drawn_where_each_sample_had_it() {
+        let at = |t: f64, budget: Option<u64>| Point {
+            t,
+            allocated: 0,
+            reserved: 0,
+            cached: 0,
+            budget,
+        };
+        let points = [
+            at(0.0, None),
+            at(1.0, Some(8)),
+            at(2.0, Some(8)),
+            at(3.0, Some(4)),
+            at(4.0, None),
+            at(5.0, Some(4)),
+        ];
+        assert_eq!(
+            budget_runs(&points),
+            vec![(1.0, 3.0, 8), (3.0, 4.0, 4), (5.0, 5.0, 4)]
+        );
+        assert!(budget_runs(&points[..1]).is_empty());
+    }
+
+    #[test]
+    fn a_new_pool_starts_a_new_timeline() {
+        let mut m = Model::simulated("test");
+        let b = alloc(&m, 1 << 20, Usage::Storage).unwrap();
+        m.hold(b);
+        m.sample(0.0);
+        m.sample(0.1);
+        m.reset(Growth::OnDemand, None, None).unwrap();
+        assert!(m.points.is_empty(), "the old pool's samples are gone");
+        m.sample(0.2);
+        assert_eq!(m.points.len(), 1);
+        assert_eq!(m.points[0].reserved, 0, "the new pool holds nothing");
     }
 
     #[test]

@@ -49,11 +49,18 @@ impl Replay {
     pub fn progress(&self) -> (usize, usize) {
         (self.replayer.position(), self.replayer.trace().events.len())
     }
+
+    /// The trace's name.
+    pub fn trace_name(&self) -> &str {
+        &self.replayer.trace().name
+    }
 }
 
 /// Final figures of a replay, in the words of the harness's `replay --json`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ReplayResult {
+    /// The trace's name, so its figures are not read as another's.
+    pub trace: String,
     /// Trace events replayed.
     pub ops: u64,
     /// Every event was replayed (not stopped).
@@ -215,6 +222,7 @@ impl Model {
         let trace = r.replayer.trace();
         let done = r.replayer.is_done();
         let res = ReplayResult {
+            trace: trace.name.clone(),
             ops: r.replayer.position() as u64,
             done,
             peak_live: r.peak_live,
