@@ -340,18 +340,18 @@ impl Trace {
         if gzip {
             Self::parse_reader(
                 name,
-                Decompressing(flate2::read::MultiGzDecoder::new(reader)),
+                &mut Decompressing(flate2::read::MultiGzDecoder::new(reader)),
                 &mut Streams::All,
                 max_rows,
             )
         } else {
-            Self::parse_reader(name, reader, &mut Streams::All, max_rows)
+            Self::parse_reader(name, &mut { reader }, &mut Streams::All, max_rows)
         }
     }
 
     /// Parses plain CSV text.
     pub fn parse(name: &str, text: &[u8]) -> Result<Trace, TraceError> {
-        Self::parse_reader(name, text, &mut Streams::All, usize::MAX)
+        Self::parse_reader(name, &mut { text }, &mut Streams::All, usize::MAX)
     }
 
     /// Parses the rows of one stream of plain CSV text (the `Stream` column:
@@ -373,7 +373,7 @@ impl Trace {
     /// # Ok::<(), vrampool::trace::TraceError>(())
     /// ```
     pub fn parse_stream(name: &str, text: &[u8], stream: u64) -> Result<Trace, TraceError> {
-        Self::parse_reader(name, text, &mut Streams::Only(stream), usize::MAX)
+        Self::parse_reader(name, &mut { text }, &mut Streams::Only(stream), usize::MAX)
     }
 
     /// The distinct values of the `Stream` column of plain CSV text, in the
@@ -381,13 +381,16 @@ impl Trace {
     /// `name` is used in messages).
     pub fn streams(name: &str, text: &[u8]) -> Result<Vec<u64>, TraceError> {
         let mut seen = Vec::new();
-        Self::parse_reader(name, text, &mut Streams::Seen(&mut seen), usize::MAX)?;
+        Self::parse_reader(name, &mut { text }, &mut Streams::Seen(&mut seen), usize::MAX)?;
         Ok(seen)
     }
 
+    /// One body for every source (the reader taken as `dyn Read`: the
+    /// parser is the page's largest function, and a copy a source made the
+    /// wasm larger).
     fn parse_reader(
         name: &str,
-        text: impl Read,
+        text: &mut dyn Read,
         streams: &mut Streams<'_>,
         max_rows: usize,
     ) -> Result<Trace, TraceError> {
