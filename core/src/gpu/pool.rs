@@ -1332,6 +1332,32 @@ impl Pool {
         engine.set_cache_limit(cache_limit)
     }
 
+    /// Sets the soft headroom ([`Config::headroom`]: how far above the
+    /// workload's high water of live bytes the pool may hold cache before it
+    /// gives segments back; `None` keeps every segment until a limit or
+    /// `empty_cache` needs it, the fastest for a loop that fits) and starts
+    /// its accounting afresh. A headroom that is negative or not finite is
+    /// [`Error::Config`] and changes nothing.
+    ///
+    /// ```
+    /// # let (device, queue) = vrampool::example_device()?;
+    /// use vrampool::{Pool, PoolOptions};
+    /// let pool = Pool::new(device, queue, PoolOptions::default())?;
+    /// pool.set_headroom(None)?; // a loop that fits: keep what it made
+    /// assert!(pool.set_headroom(Some(-1.0)).is_err());
+    /// assert_eq!(pool.config().headroom, None);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set_headroom(&self, headroom: Option<f64>) -> Result<()> {
+        self.inner.engine_synced().set_headroom(headroom)
+    }
+
+    /// The configuration in force: the alignment raised to the device's,
+    /// the limit, cache limit and headroom as last set.
+    pub fn config(&self) -> Config {
+        self.inner.engine().config().clone()
+    }
+
     /// Calls `f` with the pool's state on every out-of-memory, just before
     /// the allocation returns [`Error::OutOfMemory`], with no lock held: it
     /// may call the pool (`memory_summary()`, `empty_cache()`, ...). The
