@@ -234,7 +234,9 @@ fn a_plan_followed_again_under_a_limit_takes_the_place_of_the_cache() {
     e.check_invariants().unwrap();
 }
 
-/// An engine whose device refuses its `n`th segment.
+/// An engine whose device refuses its `n`th segment, and the one try after
+/// (a refused pinned segment is asked for once more, the cache released and
+/// the device waited for).
 fn refusing(n: u64) -> Engine<Faulty<SimulatedDevice>> {
     let faults = Faults::new();
     let e = Engine::new(
@@ -243,6 +245,7 @@ fn refusing(n: u64) -> Engine<Faulty<SimulatedDevice>> {
     )
     .unwrap();
     faults.refuse(n, Fault::OutOfMemory);
+    faults.refuse(n + 1, Fault::OutOfMemory);
     e
 }
 

@@ -996,4 +996,12 @@ fn the_last_try_after_a_refusal_waits_for_the_released_cache() {
     assert_eq!(e.stats().counters.alloc_retries, 1);
     e.free(b.id).unwrap();
     e.check_invariants().unwrap();
+    // Released before the request (empty_cache), so the refusal's own
+    // release frees nothing: the wait is still what makes room.
+    let c = e.allocate(Request::new(3 << 30, 2)).unwrap();
+    e.free(c.id).unwrap();
+    assert!(e.empty_cache() > 0);
+    e.allocate(Request::new(3 << 30, 3)).unwrap();
+    assert_eq!(e.backend().settles, 3);
+    e.check_invariants().unwrap();
 }

@@ -359,7 +359,9 @@ async fn a_refusal_on_the_browsers_synchronous_path_is_taken() {
     use vrampool::fault::{Fault, Faults};
     let (_, device, queue) = vrampool_web::open_webgpu().await.expect("WebGPU");
     let faults = Faults::new();
+    // The segment, and the one try more a refusal gets.
     faults.refuse(1, Fault::OutOfMemory);
+    faults.refuse(2, Fault::OutOfMemory);
     let options = PoolOptions {
         config: Config {
             growth: vrampool::Growth::Preallocate(1 << 20),
@@ -373,7 +375,7 @@ async fn a_refusal_on_the_browsers_synchronous_path_is_taken() {
         matches!(&err, Error::OutOfMemory(i) if i.device_refused),
         "{err}"
     );
-    assert_eq!((faults.creates(), faults.held()), (1, 0));
+    assert_eq!((faults.creates(), faults.held()), (2, 0));
 }
 
 #[wasm_bindgen_test]
@@ -409,6 +411,69 @@ async fn a_preallocation_the_browser_refuses_is_new_asyncs_error() {
     let p = Pool::new_async(device, queue, options).await.unwrap();
     assert_eq!(p.stats().total.reserved_bytes.current, 4 << 20);
     assert!(p.snapshot().segments.iter().all(|s| s.pinned));
+}
+
+/// Yields to the browser for `ms` (a `setTimeout`), so promises resolve.
+async fn yield_ms(ms: i32) {
+    let promise = js_sys::Promise::new(&mut |resolve, _| {
+        let w = web_sys::window().expect("a window");
+        w.set_timeout_with_callback_and_timeout_and_arguments_0(&resolve, ms)
+            .expect("setTimeout");
+    });
+    wasm_bindgen_futures::JsFuture::from(promise).await.unwrap();
+}
+
+#[wasm_bindgen_test]
+async fn a_follow_dropped_while_the_device_checks_its_second_segment_loses_nothing() {
+    // A follow_async future dropped while the browser checks the plan's
+    // second segment: the first, made and checked already, is ordinary
+    // cache (the fault injector counts it held, the pool reserved), the
+    // second destroyed, nothing followed or pinned, and the limit's count of
+    // the plan's bytes given back. Before, the first was dropped uncounted.
+    use std::future::Future;
+    use std::task::{Context, Waker};
+    use vrampool::fault::Faults;
+    let p = pool(None).await;
+    p.start_recording();
+    assert_eq!(scale_step(&p, 7).await, (None, true), "the recorded run");
+    let plan = p.plan_recording(&p.take_recording().unwrap()).unwrap();
+    let segments: usize = plan.pools.iter().map(|(_, f)| f.segments.len()).sum();
+    assert!(segments >= 2, "{segments} planned segments");
+    let (_, device, queue) = vrampool_web::open_webgpu().await.expect("WebGPU");
+    let faults = Faults::new();
+    let options = PoolOptions {
+        faults: Some(faults.clone()),
+        ..PoolOptions::default()
+    };
+    let next = Pool::new(device, queue, options).unwrap();
+    {
+        let mut following = std::pin::pin!(next.follow_async(&plan));
+        let mut cx = Context::from_waker(Waker::noop());
+        // Polled until the second segment is made and awaits its answer.
+        for _ in 0..200 {
+            assert!(
+                following.as_mut().poll(&mut cx).is_pending(),
+                "still waiting"
+            );
+            if faults.creates() == 2 {
+                break;
+            }
+            yield_ms(5).await;
+        }
+        assert_eq!(faults.creates(), 2, "the second segment was made");
+    }
+    let s = next.stats();
+    assert_eq!(
+        s.counters.device_allocs, 1,
+        "the first segment is the pool's"
+    );
+    assert_eq!(faults.held(), s.total.reserved_bytes.current);
+    assert!(s.total.reserved_bytes.current > 0);
+    assert!(!next.follow_stats().following);
+    assert!(next.snapshot().segments.iter().all(|g| !g.pinned));
+    assert_eq!(next.empty_cache(), s.total.reserved_bytes.current);
+    assert_eq!(faults.held(), 0);
+    next.check_invariants().unwrap();
 }
 
 #[wasm_bindgen_test]

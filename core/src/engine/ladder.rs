@@ -442,9 +442,10 @@ impl<B: Backend> Engine<B> {
                     plan.retried = true;
                 }
                 plan.released_all = true;
-                if self.release(u64::MAX) > 0 {
-                    self.backend.settle_releases();
-                }
+                self.release(u64::MAX);
+                // Whatever was released, now or before (the limit's step,
+                // an empty_cache): the device frees it once its work is done.
+                self.backend.settle_releases();
                 Ok(plan)
             }
             DeviceError::OutOfMemory => {

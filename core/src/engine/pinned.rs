@@ -218,12 +218,14 @@ impl<B: Backend> Engine<B> {
     ) -> Result<()> {
         self.check_pinned_ours(plan)?;
         match refusal {
-            DeviceError::OutOfMemory if !plan.released_all && self.releasable() > 0 => {
+            DeviceError::OutOfMemory if !plan.released_all => {
+                // Once a plan, as a request's ladder does: the cache may be
+                // what the device needs back, and what was released (now or
+                // before) is freed once the work using it is done.
                 plan.released_all = true;
                 self.counters.alloc_retries += 1;
-                if self.release(u64::MAX) > 0 {
-                    self.backend.settle_releases();
-                }
+                self.release(u64::MAX);
+                self.backend.settle_releases();
                 Ok(())
             }
             DeviceError::OutOfMemory => {

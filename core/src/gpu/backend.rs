@@ -16,6 +16,11 @@ use super::desc::mappable;
 
 /// The engine's [`Backend`] over a `wgpu::Device`.
 pub struct WgpuBackend {
+    /// Alive while the backend is: its lost callback, dropped by wgpu with
+    /// it alive, was replaced by someone else's (see [`CallbackGuard`]).
+    /// First, so it is gone before the device (the last reference to which
+    /// may be this backend's) drops the callback uncalled.
+    _alive: Arc<()>,
     device: wgpu::Device,
     max_buffer_size: u64,
     capacity: Option<u64>,
@@ -28,9 +33,6 @@ pub struct WgpuBackend {
     /// How wgpu's allocator holds the segments (see
     /// [`WgpuBackend::with_memory_hints`]).
     allocator: Option<DeviceAllocator>,
-    /// Alive while the backend is: its lost callback, dropped by wgpu with
-    /// it alive, was replaced by someone else's (see [`CallbackGuard`]).
-    _alive: Arc<()>,
 }
 
 /// The queue that copies moved blocks, and the batch being recorded.
@@ -253,17 +255,16 @@ impl WgpuBackend {
         // so are those theirs had replaced (kept here: a pool in between
         // may be dropped): told of its loss through this one.
         let mut chained = Vec::new();
-        for weak in displaced {
-            if let Some(state) = weak.upgrade() {
-                chained.extend(
-                    state
-                        .chained
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .clone(),
-                );
-            }
-            chained.push(weak);
+        for state in displaced {
+            chained.extend(
+                state
+                    .chained
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .iter()
+                    .cloned(),
+            );
+            chained.push(Arc::downgrade(&state));
         }
         *lost.chained.lock().unwrap_or_else(|e| e.into_inner()) = chained;
         WgpuBackend {
@@ -413,16 +414,35 @@ struct CallbackGuard {
 thread_local! {
     /// While a backend installs its lost callback: the states of the
     /// callbacks it replaced.
-    static DISPLACED: std::cell::RefCell<Option<Vec<Weak<LostState>>>> =
+    static DISPLACED: std::cell::RefCell<Option<Vec<Arc<LostState>>>> =
         const { std::cell::RefCell::new(None) };
 }
 
 /// Runs `install` (a `set_device_lost_callback`) and returns the states of
 /// our callbacks it replaced.
-fn installing(install: impl FnOnce()) -> Vec<Weak<LostState>> {
-    let outer = DISPLACED.with(|d| d.borrow_mut().replace(Vec::new()));
+/// The states come strong: a replaced callback may hold the last reference
+/// to its pool's state (the pool dropped), whose own chain must carry on.
+fn installing(install: impl FnOnce()) -> Vec<Arc<LostState>> {
+    /// Puts the outer list back however `install` ends (a panic in it too).
+    struct Restore(Option<Option<Vec<Arc<LostState>>>>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            if let Some(outer) = self.0.take() {
+                let _ = DISPLACED.try_with(|d| *d.borrow_mut() = outer);
+            }
+        }
+    }
+    let outer = DISPLACED
+        .try_with(|d| d.borrow_mut().replace(Vec::new()))
+        .unwrap_or_default();
+    let mut restore = Restore(Some(outer));
     install();
-    DISPLACED.with(|d| std::mem::replace(&mut *d.borrow_mut(), outer).unwrap_or_default())
+    let outer = restore.0.take().unwrap_or_default();
+    DISPLACED
+        .try_with(|d| std::mem::replace(&mut *d.borrow_mut(), outer))
+        .ok()
+        .flatten()
+        .unwrap_or_default()
 }
 
 impl Drop for CallbackGuard {
@@ -430,11 +450,13 @@ impl Drop for CallbackGuard {
         if *self.called.get_mut() {
             return;
         }
-        let state = Arc::downgrade(&self.state);
-        let chained = DISPLACED.with(|d| match d.try_borrow_mut() {
-            Ok(mut d) => d.as_mut().map(|d| d.push(state)).is_some(),
-            Err(_) => false,
-        });
+        let state = Arc::clone(&self.state);
+        let chained = DISPLACED
+            .try_with(|d| match d.try_borrow_mut() {
+                Ok(mut d) => d.as_mut().map(|d| d.push(state)).is_some(),
+                Err(_) => false,
+            })
+            .unwrap_or(false);
         if !chained && self.backend.strong_count() > 0 && self.state.why().is_none() {
             tracing::warn!(
                 "vrampool: the device's lost callback was replaced \
@@ -484,18 +506,23 @@ impl LostState {
     }
 
     fn lose(self: &Arc<Self>, why: String) {
-        for other in self.chain() {
-            other.lose_alone(why.clone());
+        // Every pool's reason set before any observer runs (one may read
+        // another pool).
+        for state in self.told(why) {
+            super::lock::notify_lost(&state);
         }
-        self.lose_alone(why);
     }
 
-    /// [`LostState::lose`] for this state only.
-    fn lose_alone(self: &Arc<Self>, why: String) {
-        if self.why.set(why).is_err() {
-            return; // reported already
+    /// Sets `why` in this state and the chained ones; those that had none
+    /// before, this one first.
+    fn told(self: &Arc<Self>, why: String) -> Vec<Arc<LostState>> {
+        let mut told = Vec::new();
+        for state in [Arc::clone(self)].into_iter().chain(self.chain()) {
+            if state.why.set(why.clone()).is_ok() {
+                told.push(state);
+            }
         }
-        super::lock::notify_lost(self);
+        told
     }
 
     /// The states chained to this one that are still some pool's.
@@ -510,11 +537,9 @@ impl LostState {
     /// calls the pool or the device does not wait for the thread that holds
     /// them. A panic there is that thread's.
     fn lose_from_driver(self: &Arc<Self>, why: String) {
-        let mut told = Vec::new();
-        for state in self.chain().into_iter().chain([Arc::clone(self)]) {
-            if state.why.set(why.clone()).is_ok() {
-                told.push(state);
-            }
+        let told = self.told(why);
+        if told.is_empty() {
+            return;
         }
         #[cfg(not(target_arch = "wasm32"))]
         if spawn_notify(told.clone()).is_ok() {

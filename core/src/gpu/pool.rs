@@ -427,8 +427,9 @@ impl Pool {
     /// ([`Growth::Preallocate`](crate::Growth::Preallocate)) as
     /// [`Pool::alloc_async`] awaits a segment's: the way to make a pool that
     /// preallocates in the browser. A refused preallocation is the error
-    /// ([`Error::OutOfMemory`] after the device's refusal), and no pool is
-    /// made.
+    /// ([`Error::OutOfMemory`] when the device has no room even after a
+    /// second try, [`Error::Device`] for its validation error), and no pool
+    /// is made.
     ///
     /// ```
     /// # let (device, queue) = vrampool::example_device()?;
@@ -882,35 +883,43 @@ impl Pool {
     /// [`Pool::alloc_async`] makes a segment, the engine told of each
     /// refusal; after an error the plan is cancelled (the segments made
     /// become ordinary cache).
-    async fn make_pinned_async(
-        &self,
-        mut plan: PinnedPlan,
-    ) -> Result<(PinnedPlan, Vec<wgpu::Buffer>)> {
-        let mut made = Vec::with_capacity(plan.len());
-        while made.len() < plan.len() {
-            let begun = self
-                .inner
-                .engine()
-                .backend()
-                .begin_create(&plan.desc(made.len()));
+    async fn make_pinned_async(&self, plan: PinnedPlan) -> Result<(PinnedPlan, Vec<wgpu::Buffer>)> {
+        let mut making = Making {
+            inner: &self.inner,
+            plan: Some(plan),
+            made: Vec::new(),
+        };
+        loop {
+            let Some(plan) = making.plan.as_mut() else {
+                unreachable!("the plan is taken only on the way out")
+            };
+            let i = making.made.len();
+            if i == plan.len() {
+                break;
+            }
+            let begun = self.inner.engine().backend().begin_create(&plan.desc(i));
             // Dropping this future while it waits gives the segment back (the
-            // pending segment's) and the plan's bytes against the limit.
+            // pending segment's), the segments made before it (`Making`'s
+            // drop) and the plan's bytes against the limit.
             let outcome = match begun {
                 Ok(pending) => pending.outcome().await,
                 Err(refusal) => Err(refusal),
             };
             match outcome {
-                Ok(buffer) => made.push(buffer),
+                Ok(buffer) => making.made.push(buffer),
                 Err(refusal) => {
                     let mut engine = self.inner.engine();
-                    if let Err(e) = engine.refused_pinned(&mut plan, made.len(), refusal) {
-                        engine.cancel_pinned(plan, made);
+                    let plan = making.plan.as_mut().expect("the plan is still being made");
+                    if let Err(e) = engine.refused_pinned(plan, i, refusal) {
+                        let plan = making.plan.take().expect("the plan is still being made");
+                        engine.cancel_pinned(plan, std::mem::take(&mut making.made));
                         return Err(e);
                     }
                 }
             }
         }
-        Ok((plan, made))
+        let plan = making.plan.take().expect("the plan is still being made");
+        Ok((plan, std::mem::take(&mut making.made)))
     }
 
     /// The engine's allocation for `req`, one device answer awaited at a
@@ -1509,7 +1518,8 @@ impl Pool {
     /// segments as [`Pool::alloc_async`] awaits a segment's: the way to
     /// follow a plan in the browser. A refused segment is the error, and
     /// nothing is followed (those made before it become ordinary cache).
-    /// Requests made while it awaits are served by the policy.
+    /// While it awaits, `alloc` is served by the policy, and `alloc_async`
+    /// waits for it (one allocation awaits the device at a time).
     ///
     /// ```
     /// # let (device, queue) = vrampool::example_device()?;
@@ -1637,6 +1647,33 @@ impl std::fmt::Debug for Pool {
                     .finish()
             }
             None => d.finish_non_exhaustive(),
+        }
+    }
+}
+
+/// A pinned plan whose segments [`Pool::make_pinned_async`] is making: if
+/// the future is dropped part-way, the segments made so far go to the
+/// engine as ordinary cache (`cancel_pinned`), or, where its lock cannot be
+/// taken from here (a drop inside a wgpu callback under it), are destroyed.
+struct Making<'a> {
+    inner: &'a Inner,
+    plan: Option<PinnedPlan>,
+    made: Vec<wgpu::Buffer>,
+}
+
+impl Drop for Making<'_> {
+    fn drop(&mut self) {
+        let Some(plan) = self.plan.take() else {
+            return;
+        };
+        let made = std::mem::take(&mut self.made);
+        match self.inner.engine_if_safe() {
+            Some(mut engine) => engine.cancel_pinned(plan, made),
+            None => {
+                for buffer in made {
+                    shielded(|| buffer.destroy());
+                }
+            }
         }
     }
 }

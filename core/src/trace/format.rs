@@ -381,7 +381,12 @@ impl Trace {
     /// `name` is used in messages).
     pub fn streams(name: &str, text: &[u8]) -> Result<Vec<u64>, TraceError> {
         let mut seen = Vec::new();
-        Self::parse_reader(name, &mut { text }, &mut Streams::Seen(&mut seen), usize::MAX)?;
+        Self::parse_reader(
+            name,
+            &mut { text },
+            &mut Streams::Seen(&mut seen),
+            usize::MAX,
+        )?;
         Ok(seen)
     }
 

@@ -148,39 +148,52 @@ fn a_block_parked_in_the_front_cache_before_the_loss_is_not_handed_out() {
 fn every_pool_on_a_device_hears_of_its_loss() {
     // wgpu keeps one lost callback per device: each pool made takes it over
     // (and wgpu drops the one it replaces). The newest pool tells the older
-    // ones, a pool made between them and dropped since included: none of
-    // them serves its cache from the destroyed device, and every observer
-    // is called. Before, only the newest pool heard of it; the oldest served
-    // its parked block.
-    let (device, queue, _) = device();
-    let old = Pool::new(device.clone(), queue.clone(), PoolOptions::default()).unwrap();
-    let seen = Arc::new(Mutex::new(0));
-    let sink = Arc::clone(&seen);
-    old.on_device_lost(move |_| *sink.lock().unwrap() += 1);
-    drop(old.alloc(AllocDesc::storage(4096)).unwrap());
-    old.submitted(); // a block of 4 KiB cached, a hit for the next request
-    let between = Pool::new(device.clone(), queue.clone(), PoolOptions::default()).unwrap();
-    let new = Pool::new(device.clone(), queue, PoolOptions::default()).unwrap();
-    drop(between);
-    device.destroy();
-    let _ = device.poll(wgpu::PollType::Poll);
-    assert!(new.device_lost().is_some());
-    assert!(
-        old.device_lost()
-            .is_some_and(|why| why.contains("Device::destroy")),
-        "{:?}",
-        old.device_lost()
-    );
-    lost(old.alloc(AllocDesc::storage(4096)));
-    lost(new.alloc(AllocDesc::storage(4096)));
-    assert_eq!(
-        old.stats().counters.front_hits,
-        0,
-        "no hit on the lost device"
-    );
-    assert_eq!(
-        *seen.lock().unwrap(),
-        1,
-        "the older pool's observer ran once"
-    );
+    // ones, a pool made between them included, whether it was dropped
+    // before the newest was made or after: none of them serves its cache
+    // from the destroyed device, and every observer is called. Before, only
+    // the newest pool heard of it; the oldest served its parked block.
+    for drop_between_first in [false, true] {
+        let (device, queue, _) = device();
+        let old = Pool::new(device.clone(), queue.clone(), PoolOptions::default()).unwrap();
+        let seen = Arc::new(Mutex::new(0));
+        let sink = Arc::clone(&seen);
+        old.on_device_lost(move |_| *sink.lock().unwrap() += 1);
+        drop(old.alloc(AllocDesc::storage(4096)).unwrap());
+        old.submitted(); // a block of 4 KiB cached, a hit for the next request
+        let between = Pool::new(device.clone(), queue.clone(), PoolOptions::default()).unwrap();
+        let between = if drop_between_first {
+            drop(between);
+            None
+        } else {
+            Some(between)
+        };
+        let new = Pool::new(device.clone(), queue, PoolOptions::default()).unwrap();
+        drop(between);
+        device.destroy();
+        let _ = device.poll(wgpu::PollType::Poll);
+        let case = if drop_between_first {
+            "dropped before"
+        } else {
+            "dropped after"
+        };
+        assert!(new.device_lost().is_some(), "{case}");
+        assert!(
+            old.device_lost()
+                .is_some_and(|why| why.contains("Device::destroy")),
+            "{case}: {:?}",
+            old.device_lost()
+        );
+        lost(old.alloc(AllocDesc::storage(4096)));
+        lost(new.alloc(AllocDesc::storage(4096)));
+        assert_eq!(
+            old.stats().counters.front_hits,
+            0,
+            "{case}: no hit on the lost device"
+        );
+        assert_eq!(
+            *seen.lock().unwrap(),
+            1,
+            "{case}: the older pool's observer ran once"
+        );
+    }
 }
