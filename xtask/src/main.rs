@@ -135,11 +135,15 @@ fn ensure_tools() -> Result<String> {
         ),
     }
     let want = locked_wasm_bindgen()?;
-    let have = Command::new("wasm-bindgen")
-        .arg("--version")
-        .output()
-        .ok()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    // What `wasm-bindgen --version` on PATH says, if it runs.
+    let on_path = || {
+        Command::new("wasm-bindgen")
+            .arg("--version")
+            .output()
+            .ok()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    let have = on_path();
     if have.as_deref() != Some(&format!("wasm-bindgen {want}")) {
         eprintln!(
             "installing wasm-bindgen-cli {want} to match Cargo.lock (found: {}); this takes several minutes once",
@@ -154,11 +158,7 @@ fn ensure_tools() -> Result<String> {
             &want,
             "--locked",
         ]))?;
-        let found = Command::new("wasm-bindgen")
-            .arg("--version")
-            .output()
-            .ok()
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+        let found = on_path();
         if found.as_deref() != Some(&format!("wasm-bindgen {want}")) {
             bail!(
                 "installed wasm-bindgen-cli {want}, but `wasm-bindgen` on PATH says {}: put \
