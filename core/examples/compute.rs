@@ -45,9 +45,10 @@ fn run() -> Result<Vec<f32>, Box<dyn std::error::Error>> {
     uniform[0..4].copy_from_slice(&2.0f32.to_le_bytes());
     uniform[4..8].copy_from_slice(&1.0f32.to_le_bytes());
     uniform[8..12].copy_from_slice(&n.to_le_bytes());
-    queue.write_buffer(params.buffer(), params.offset(), &uniform);
+    // Each write checked to stay within its block (the buffer is shared).
+    params.write(queue, 0, &uniform)?;
     let data: Vec<u8> = (0..n).flat_map(|i| (i as f32).to_le_bytes()).collect();
-    queue.write_buffer(input.buffer(), input.offset(), &data);
+    input.write(queue, 0, &data)?;
 
     let device = pool.device();
     let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {

@@ -1111,6 +1111,41 @@ fn the_async_follow_and_preallocation_await_the_device_and_a_refusal_pins_nothin
     assert!(p.snapshot().segments.iter().all(|s| s.pinned));
 }
 
+#[test]
+fn a_block_written_or_cleared_through_its_handle_touches_only_its_own_bytes() {
+    // Two uniform blocks of one shared buffer: each written and cleared
+    // through BufferBlock::write / clear shows its own bytes, the other's
+    // stay; a write past the block's end, or of a partial word, is refused
+    // before it reaches the queue (queue.write_buffer(block.buffer(), ..)
+    // would have written the neighbour's bytes).
+    let pool = pool();
+    let a = pool.alloc(AllocDesc::uniform(256).label("a")).unwrap();
+    let b = pool.alloc(AllocDesc::uniform(256).label("b")).unwrap();
+    assert_eq!(a.buffer(), b.buffer(), "one shared buffer");
+    a.write(pool.queue(), 0, &[0xaa; 256]).unwrap();
+    b.write(pool.queue(), 16, &[0xbb; 32]).unwrap();
+    pool.submit([]);
+    assert_eq!(read_back(&pool, &a), vec![0xaa; 256]);
+    let got = read_back(&pool, &b);
+    assert_eq!(&got[16..48], &[0xbb; 32]);
+    let err = a.write(pool.queue(), 8, &[1; 256]).unwrap_err();
+    assert!(err.to_string().contains("the block is 256 bytes"), "{err}");
+    assert!(a.write(pool.queue(), 2, &[1; 4]).is_err(), "a partial word");
+    assert!(
+        a.write(pool.queue(), u64::MAX - 1, &[1; 4]).is_err(),
+        "an overflowing offset"
+    );
+    let mut enc = pool.device().create_command_encoder(&Default::default());
+    b.clear(&mut enc).unwrap();
+    pool.submit([enc.finish()]);
+    assert_eq!(read_back(&pool, &b), vec![0; 256]);
+    assert_eq!(
+        read_back(&pool, &a),
+        vec![0xaa; 256],
+        "the neighbour kept its bytes"
+    );
+}
+
 #[path = "../../core/examples/common/quad.rs"]
 mod quad;
 

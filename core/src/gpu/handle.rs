@@ -8,6 +8,7 @@ use std::ops::Range;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::sync::{Arc, Weak};
 
+use crate::error::{Error, Result};
 use crate::types::{BlockId, SegmentId};
 
 use super::desc::{Sharing, mappable};
@@ -115,6 +116,76 @@ impl BufferBlock {
     /// group does not keep the block (see [`BufferBlock::buffer`]).
     pub fn binding(&self) -> wgpu::BindingResource<'_> {
         wgpu::BindingResource::Buffer(self.buffer_binding())
+    }
+
+    /// Writes `data` at `offset` bytes into the block with
+    /// `queue.write_buffer` (staged now, run at the queue's next submit,
+    /// ahead of that submit's command buffers), refusing a range past the
+    /// block's end, which would write the bytes of whatever shares its
+    /// buffer. `offset` and `data.len()` must be multiples of 4 (wgpu's
+    /// rule), and the block's usage must include `COPY_DST`.
+    ///
+    /// ```
+    /// # let (device, queue) = vrampool::example_device()?;
+    /// use vrampool::{AllocDesc, Pool, PoolOptions};
+    /// let pool = Pool::new(device, queue, PoolOptions::default())?;
+    /// let params = pool.alloc(AllocDesc::uniform(16))?;
+    /// params.write(pool.queue(), 0, &[1u8; 16])?;
+    /// assert!(params.write(pool.queue(), 8, &[1u8; 16]).is_err()); // past its end
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn write(&self, queue: &wgpu::Queue, offset: u64, data: &[u8]) -> Result<()> {
+        let len = data.len() as u64;
+        let what = || format!("{len} bytes at offset {offset} of {}", self.named());
+        if offset.checked_add(len).is_none_or(|end| end > self.size) {
+            return Err(Error::InvalidArgument(format!(
+                "cannot write {}: the block is {} bytes; write within it",
+                what(),
+                self.size
+            )));
+        }
+        let word = wgpu::COPY_BUFFER_ALIGNMENT;
+        if !offset.is_multiple_of(word) || !len.is_multiple_of(word) {
+            return Err(Error::InvalidArgument(format!(
+                "cannot write {}: wgpu writes whole 4-byte words; pad the data and the offset \
+                 to multiples of 4",
+                what()
+            )));
+        }
+        if !self.buffer.usage().contains(wgpu::BufferUsages::COPY_DST) {
+            return Err(Error::InvalidArgument(format!(
+                "cannot write {}: its buffer's usage {:?} lacks COPY_DST; allocate it with \
+                 COPY_DST",
+                what(),
+                self.buffer.usage()
+            )));
+        }
+        queue.write_buffer(&self.buffer, self.offset + offset, data);
+        Ok(())
+    }
+
+    /// Records a clear of the whole block (zeros) into `encoder`: run at
+    /// that encoder's submit, and only its range, whatever else shares the
+    /// buffer. The block's usage must include `COPY_DST`.
+    pub fn clear(&self, encoder: &mut wgpu::CommandEncoder) -> Result<()> {
+        if !self.buffer.usage().contains(wgpu::BufferUsages::COPY_DST) {
+            return Err(Error::InvalidArgument(format!(
+                "cannot clear {}: its buffer's usage {:?} lacks COPY_DST; allocate it with \
+                 COPY_DST",
+                self.named(),
+                self.buffer.usage()
+            )));
+        }
+        encoder.clear_buffer(&self.buffer, self.offset, Some(self.size));
+        Ok(())
+    }
+
+    /// How messages name the block: its label, or its range.
+    fn named(&self) -> String {
+        match &self.label {
+            Some(l) => format!("block '{l}'"),
+            None => format!("the block at {}..{}", self.offset, self.offset + self.size),
+        }
     }
 }
 
