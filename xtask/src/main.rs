@@ -193,6 +193,7 @@ fn build() -> Result<()> {
         // Function names are half the module and nothing reads them (a panic
         // still prints its message through console_error_panic_hook).
         "--remove-name-section",
+        "--remove-producers-section",
         "--out-dir",
         site.join("pkg").to_str().context("UTF-8 path")?,
         wasm.to_str().context("UTF-8 path")?,
