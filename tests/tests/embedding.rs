@@ -1146,6 +1146,28 @@ fn a_block_written_or_cleared_through_its_handle_touches_only_its_own_bytes() {
     );
 }
 
+#[test]
+fn a_scoped_block_used_in_an_encoder_outlives_its_scope_until_the_work_is_done() {
+    // A scope's temporary recorded into an encoder submitted after the scope
+    // ends: kept for the encoder (ScopedBuffer::used_in), it is not the
+    // pool's to hand on when the scope ends, and comes back once the
+    // encoder is dropped unsubmitted.
+    let pool = pool();
+    let allocated = |pool: &Pool| pool.stats().total.allocated_bytes.current;
+    let encoder = pool.device().create_command_encoder(&Default::default());
+    let ((), report) = pool.scope(|s| {
+        let tmp = s.alloc(AllocDesc::storage(4096).read_write()).unwrap();
+        tmp.used_in(&encoder);
+    });
+    assert_eq!(report.allocations, 1);
+    assert!(!report.returned, "kept for the encoder: {report:?}");
+    pool.submit([]);
+    assert_eq!(allocated(&pool), 4096, "still the encoder's");
+    drop(encoder);
+    assert_eq!(allocated(&pool), 0);
+    pool.check_invariants().unwrap();
+}
+
 #[path = "../../core/examples/common/quad.rs"]
 mod quad;
 

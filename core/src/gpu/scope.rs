@@ -43,6 +43,17 @@ impl std::ops::Deref for ScopedBuffer<'_> {
     }
 }
 
+impl ScopedBuffer<'_> {
+    /// [`PoolBuffer::used_in`]: keeps the block past the scope's end until
+    /// `work` (an encoder, a pass on it, or the command buffer it finished
+    /// into) is done, or dropped unsubmitted. For a scope whose temporaries
+    /// feed an encoder submitted after it ends, or on another thread.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn used_in(&self, work: &impl super::handle::RecordsWork) {
+        self.inner.used_in(work);
+    }
+}
+
 impl Scope<'_> {
     /// Allocates a block for the scope's lifetime.
     #[cfg(not(target_arch = "wasm32"))]
