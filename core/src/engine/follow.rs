@@ -223,17 +223,18 @@ impl<B: Backend> Engine<B> {
                     offset: b.offset,
                 })
                 .collect();
-            pools.push((pool, entries));
+            pools.push((pool, entries, first as usize..segments.len()));
         }
         Ok(self.pinned_plan(segments, Pinned::Follow(pools)))
     }
 
-    /// Follows `pools` (each its planned blocks, their segments indexes
-    /// into `segments`, the plan's pinned segments just made): the second
-    /// phase of following, from [`Engine::commit_pinned`].
+    /// Follows `pools` (each its planned blocks and its range of
+    /// `segments`, the plan's pinned segments just made, which the blocks'
+    /// segment indexes point into): the second phase of following, from
+    /// [`Engine::commit_pinned`].
     pub(super) fn start_following(
         &mut self,
-        pools: Vec<(u16, Vec<Entry>)>,
+        pools: Vec<(u16, Vec<Entry>, std::ops::Range<usize>)>,
         segments: Vec<u32>,
     ) -> Result<()> {
         // A plan committed after another began (the browser awaits a plan's
@@ -248,26 +249,15 @@ impl<B: Backend> Engine<B> {
             )));
         }
         let mut followed: Vec<Following> = Vec::with_capacity(pools.len());
-        for (pool, mut entries) in pools {
-            let mut own: Vec<u32> = Vec::new();
+        for (pool, mut entries, own) in pools {
             for e in &mut entries {
                 e.segment = segments[e.segment as usize];
-            }
-            // The pool's segments: those its entries name, and any it planned
-            // that no entry names (made all the same; given back with it).
-            for &s in &segments {
-                if self.segments[s as usize]
-                    .as_ref()
-                    .is_some_and(|g| g.pool == pool)
-                {
-                    own.push(s);
-                }
             }
             followed.push(Following {
                 pool,
                 entries,
                 cursor: 0,
-                segments: own,
+                segments: segments[own].to_vec(),
                 misses_in_a_row: 0,
                 last_match: self.tick,
             });

@@ -409,14 +409,36 @@ impl<B: Backend> Engine<B> {
     /// flight are that engine's (whose count the plan, dropped here, gives
     /// back).
     fn check_ours(&self, plan: &SegmentPlan) -> Result<()> {
-        if plan.engine == self.generation_start {
+        self.check_planned_here(plan.engine, "SegmentPlan", "plan()")
+    }
+
+    /// Refuses what another engine planned (`engine`, its
+    /// `generation_start`): a `kind` made by `planner` there.
+    pub(super) fn check_planned_here(&self, engine: u32, kind: &str, planner: &str) -> Result<()> {
+        if engine == self.generation_start {
             Ok(())
         } else {
-            Err(Error::InvalidArgument(
-                "a SegmentPlan was handed to an engine other than the one that planned it: \
-                 commit, refuse or cancel a plan on the engine whose plan() made it"
-                    .into(),
-            ))
+            Err(Error::InvalidArgument(format!(
+                "a {kind} was handed to an engine other than the one that planned it: \
+                 commit, refuse or cancel it on the engine whose {planner} made it"
+            )))
+        }
+    }
+
+    /// The error that ends a request or a pinned plan of `requested` bytes
+    /// the device refused for good: out of memory with the pool's state
+    /// (counted and told to the observers), device lost (remembered: every
+    /// later request fails too, none is served from a dead device's cache),
+    /// or the device's own message. The one place a device's refusal
+    /// becomes an [`Error`]; the caller has given its bytes in flight back.
+    pub(super) fn refusal_error(&mut self, refusal: DeviceError, requested: u64) -> Error {
+        match refusal {
+            DeviceError::OutOfMemory => self.oom(requested, true),
+            DeviceError::Lost(why) => {
+                self.lost = Some(why.clone());
+                Error::DeviceLost(why)
+            }
+            DeviceError::Other(message) => Error::Device(message),
         }
     }
 
@@ -448,18 +470,10 @@ impl<B: Backend> Engine<B> {
                 self.backend.settle_releases();
                 Ok(plan)
             }
-            DeviceError::OutOfMemory => {
-                drop(plan.flight);
-                Err(self.oom(plan.req.size, true))
-            }
-            DeviceError::Lost(why) => {
+            refusal => {
+                let requested = plan.req.size;
                 drop(plan);
-                self.lost = Some(why.clone());
-                Err(Error::DeviceLost(why))
-            }
-            DeviceError::Other(message) => {
-                drop(plan);
-                Err(Error::Device(message))
+                Err(self.refusal_error(refusal, requested))
             }
         }
     }

@@ -10,9 +10,11 @@
 //! takes those made as ordinary cache. `preallocate` and `follow` run the
 //! phases themselves.
 //!
-//! Architecture invariant: as in `ladder.rs`, a device refusal becomes an
-//! [`Error`] here only (`refused_pinned`), and a refused plan pins and
-//! follows nothing.
+//! Architecture invariant: a device refusal becomes an [`Error`] through
+//! `ladder.rs`'s `refusal_error` alone, as a request's does, and a refused
+//! plan pins and follows nothing.
+
+use std::ops::Range;
 
 use crate::backend::{Backend, DeviceError, SegmentDesc};
 use crate::error::{Error, Result};
@@ -75,9 +77,10 @@ pub(super) struct PinnedSegment {
 #[derive(Debug)]
 pub(super) enum Pinned {
     Preallocation,
-    /// Per followed pool, its index and planned blocks (their `segment` an
-    /// index into the plan's segments until committed).
-    Follow(Vec<(u16, Vec<Entry>)>),
+    /// Per followed pool, its index, planned blocks (their `segment` an
+    /// index into the plan's segments until committed) and its segments
+    /// (a range of the plan's).
+    Follow(Vec<(u16, Vec<Entry>, Range<usize>)>),
 }
 
 impl PinnedPlan {
@@ -228,19 +231,12 @@ impl<B: Backend> Engine<B> {
                 self.backend.settle_releases();
                 Ok(())
             }
-            DeviceError::OutOfMemory => {
+            refusal => {
                 // The out-of-memory's bytes in flight are other requests'.
                 plan.flight.shrink(0);
                 let size = plan.segments.get(i).map_or(0, |s| s.size);
-                Err(self.oom(size, true))
+                Err(self.refusal_error(refusal, size))
             }
-            DeviceError::Lost(why) => {
-                // Remembered, as a refused request's loss is: every later
-                // request fails too, none is served from a dead device's cache.
-                self.lost = Some(why.clone());
-                Err(Error::DeviceLost(why))
-            }
-            DeviceError::Other(message) => Err(Error::Device(message)),
         }
     }
 
@@ -259,6 +255,7 @@ impl<B: Backend> Engine<B> {
                  segment of PinnedPlan::desc, in order, then commit"
             )));
         }
+        let bytes = plan.bytes();
         let PinnedPlan {
             segments,
             flight,
@@ -283,9 +280,7 @@ impl<B: Backend> Engine<B> {
             .collect();
         match what {
             Pinned::Preallocation => {
-                for &s in &indexes {
-                    self.preallocated += self.segments[s as usize].as_ref().unwrap().size;
-                }
+                self.preallocated += bytes;
                 Ok(())
             }
             Pinned::Follow(pools) => self.start_following(pools, indexes),
@@ -315,14 +310,10 @@ impl<B: Backend> Engine<B> {
 
     /// Refuses a pinned plan another engine made.
     fn check_pinned_ours(&self, plan: &PinnedPlan) -> Result<()> {
-        if plan.engine == self.generation_start {
-            Ok(())
-        } else {
-            Err(Error::InvalidArgument(
-                "a PinnedPlan was handed to an engine other than the one that planned it: \
-                 commit or cancel it on that engine"
-                    .into(),
-            ))
-        }
+        self.check_planned_here(
+            plan.engine,
+            "PinnedPlan",
+            "plan_preallocate or plan_follow_recorded",
+        )
     }
 }
