@@ -1131,6 +1131,13 @@ fn a_block_written_or_cleared_through_its_handle_touches_only_its_own_bytes() {
     let err = a.write(pool.queue(), 8, &[1; 256]).unwrap_err();
     assert!(err.to_string().contains("the block is 256 bytes"), "{err}");
     assert!(a.write(pool.queue(), 2, &[1; 4]).is_err(), "a partial word");
+    // A block whose buffer cannot take a write is refused with what to do.
+    let upload = pool.alloc(AllocDesc::upload(256)).unwrap();
+    let err = upload.write(pool.queue(), 0, &[1; 4]).unwrap_err();
+    assert!(err.to_string().contains("staging block"), "{err}");
+    let mut enc = pool.device().create_command_encoder(&Default::default());
+    assert!(upload.clear(&mut enc).is_err());
+    drop(enc);
     assert!(
         a.write(pool.queue(), u64::MAX - 1, &[1; 4]).is_err(),
         "an overflowing offset"

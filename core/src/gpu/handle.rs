@@ -15,6 +15,7 @@ use super::desc::{Sharing, mappable};
 use super::front::{FrontCache, FrontRef, Key};
 use super::lock::DeferredFree;
 use super::pool::Inner;
+use super::usage::{BindingUse, BlockUse};
 
 /// A block of a pool segment: the buffer, the range, and how to bind it.
 ///
@@ -136,28 +137,22 @@ impl BufferBlock {
     /// ```
     pub fn write(&self, queue: &wgpu::Queue, offset: u64, data: &[u8]) -> Result<()> {
         let len = data.len() as u64;
-        let what = || format!("{len} bytes at offset {offset} of {}", self.named());
+        let dst = BlockUse::new(self, BindingUse::CopyDst);
+        dst.check_buffer()?;
         if offset.checked_add(len).is_none_or(|end| end > self.size) {
             return Err(Error::InvalidArgument(format!(
-                "cannot write {}: the block is {} bytes; write within it",
-                what(),
+                "cannot write {len} bytes at offset {offset} of {}: the block is {} bytes; \
+                 write within it",
+                dst.name(),
                 self.size
             )));
         }
         let word = wgpu::COPY_BUFFER_ALIGNMENT;
         if !offset.is_multiple_of(word) || !len.is_multiple_of(word) {
             return Err(Error::InvalidArgument(format!(
-                "cannot write {}: wgpu writes whole 4-byte words; pad the data and the offset \
-                 to multiples of 4",
-                what()
-            )));
-        }
-        if !self.buffer.usage().contains(wgpu::BufferUsages::COPY_DST) {
-            return Err(Error::InvalidArgument(format!(
-                "cannot write {}: its buffer's usage {:?} lacks COPY_DST; allocate it with \
-                 COPY_DST",
-                what(),
-                self.buffer.usage()
+                "cannot write {len} bytes at offset {offset} of {}: wgpu writes whole 4-byte \
+                 words; pad the data and the offset to multiples of 4",
+                dst.name()
             )));
         }
         queue.write_buffer(&self.buffer, self.offset + offset, data);
@@ -168,24 +163,9 @@ impl BufferBlock {
     /// that encoder's submit, and only its range, whatever else shares the
     /// buffer. The block's usage must include `COPY_DST`.
     pub fn clear(&self, encoder: &mut wgpu::CommandEncoder) -> Result<()> {
-        if !self.buffer.usage().contains(wgpu::BufferUsages::COPY_DST) {
-            return Err(Error::InvalidArgument(format!(
-                "cannot clear {}: its buffer's usage {:?} lacks COPY_DST; allocate it with \
-                 COPY_DST",
-                self.named(),
-                self.buffer.usage()
-            )));
-        }
+        BlockUse::new(self, BindingUse::CopyDst).check_buffer()?;
         encoder.clear_buffer(&self.buffer, self.offset, Some(self.size));
         Ok(())
-    }
-
-    /// How messages name the block: its label, or its range.
-    fn named(&self) -> String {
-        match &self.label {
-            Some(l) => format!("block '{l}'"),
-            None => format!("the block at {}..{}", self.offset, self.offset + self.size),
-        }
     }
 }
 

@@ -97,7 +97,16 @@ impl<'a> BlockUse<'a> {
         BlockUse { block, used }
     }
 
-    fn name(&self) -> String {
+    /// Refuses a use the block's buffer was not made for, saying what to
+    /// allocate instead.
+    pub(super) fn check_buffer(&self) -> Result<()> {
+        match lacks(self.block, self.used) {
+            Some(why) => Err(Error::InvalidArgument(format!("{} {why}", self.name()))),
+            None => Ok(()),
+        }
+    }
+
+    pub(super) fn name(&self) -> String {
         let b = self.block;
         let who = match b.label() {
             Some(l) => format!("'{l}'"),
@@ -144,11 +153,8 @@ impl Pool {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn check_usage_scope(&self, uses: &[BlockUse<'_>]) -> Result<()> {
-        if let Some((u, why)) = uses
-            .iter()
-            .find_map(|u| lacks(u.block, u.used).map(|why| (u, why)))
-        {
-            return Err(Error::InvalidArgument(format!("{} {why}", u.name())));
+        for u in uses {
+            u.check_buffer()?;
         }
         self.check_conflicts(uses)
     }
