@@ -409,19 +409,20 @@ impl<B: Backend> Engine<B> {
     /// flight are that engine's (whose count the plan, dropped here, gives
     /// back).
     fn check_ours(&self, plan: &SegmentPlan) -> Result<()> {
-        self.check_planned_here(plan.engine, "SegmentPlan", "plan()")
+        self.check_planned_here(
+            plan.engine,
+            "a SegmentPlan was handed to an engine other than the one that planned it: \
+             commit, refuse or cancel a plan on the engine whose plan() made it",
+        )
     }
 
-    /// Refuses what another engine planned (`engine`, its
-    /// `generation_start`): a `kind` made by `planner` there.
-    pub(super) fn check_planned_here(&self, engine: u32, kind: &str, planner: &str) -> Result<()> {
+    /// Refuses, with `message`, what another engine planned (`engine`, its
+    /// `generation_start`).
+    pub(super) fn check_planned_here(&self, engine: u32, message: &'static str) -> Result<()> {
         if engine == self.generation_start {
             Ok(())
         } else {
-            Err(Error::InvalidArgument(format!(
-                "a {kind} was handed to an engine other than the one that planned it: \
-                 commit, refuse or cancel it on the engine whose {planner} made it"
-            )))
+            Err(Error::InvalidArgument(message.into()))
         }
     }
 

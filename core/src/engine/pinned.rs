@@ -312,8 +312,8 @@ impl<B: Backend> Engine<B> {
     fn check_pinned_ours(&self, plan: &PinnedPlan) -> Result<()> {
         self.check_planned_here(
             plan.engine,
-            "PinnedPlan",
-            "plan_preallocate or plan_follow_recorded",
+            "a PinnedPlan was handed to an engine other than the one that planned it: commit \
+             or cancel it on the engine whose plan_preallocate or plan_follow_recorded made it",
         )
     }
 }
