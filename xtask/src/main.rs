@@ -149,15 +149,23 @@ fn ensure_tools() -> Result<String> {
             "installing wasm-bindgen-cli {want} to match Cargo.lock (found: {}); this takes several minutes once",
             have.as_deref().unwrap_or("none")
         );
-        // --locked: the crate's own lockfile, not the newest dependencies of
-        // the day (which may need a newer Rust than this machine has).
-        status(Command::new("cargo").args([
-            "install",
-            "wasm-bindgen-cli",
-            "--version",
-            &want,
-            "--locked",
-        ]))?;
+        // --locked first: the crate's own lockfile, not the newest
+        // dependencies of the day (which may need a newer Rust than this
+        // machine has). A registry mirror may lack a version that lockfile
+        // names (one without webpki-roots 1.0.11 refused 0.2.130's), so
+        // then the newest dependencies it has.
+        let install = |locked: bool| {
+            let mut c = Command::new("cargo");
+            c.args(["install", "wasm-bindgen-cli", "--version", &want]);
+            if locked {
+                c.arg("--locked");
+            }
+            status(&mut c)
+        };
+        if let Err(e) = install(true) {
+            eprintln!("{e:#}; trying again with the newest dependencies the registry has");
+            install(false)?;
+        }
         let found = on_path();
         if found.as_deref() != Some(&format!("wasm-bindgen {want}")) {
             bail!(
