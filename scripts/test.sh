@@ -3,7 +3,8 @@
 # the machine lacks: a Vulkan driver (Mesa lavapipe) and an OpenGL one (Mesa
 # llvmpipe through EGL) for the real-device tests,
 # the wasm32 target, a wasm-bindgen-cli matching Cargo.lock (via `cargo xtask
-# build`), Chromium and its driver, playwright-core (npm) for the page, and
+# build`), binaryen's wasm-opt for the page's size, Chromium and its driver,
+# playwright-core (npm) for the page, and
 # cargo-fuzz for the bounded fuzzing run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,6 +30,8 @@ ls /usr/lib/*/dri/swrast_dri.so >/dev/null 2>&1 || need+=(libgl1-mesa-dri)
 [ -x /usr/bin/chromium ] || need+=(chromium)
 [ -x /usr/bin/chromedriver ] || need+=(chromium-driver)
 command -v node >/dev/null && command -v npm >/dev/null || need+=(nodejs npm)
+# binaryen's wasm-opt: `cargo xtask build` shrinks the page's wasm with it (6 KB gzipped).
+command -v wasm-opt >/dev/null || need+=(binaryen)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing ${need[*]} (Debian packages) for the real-device tests"
   $sudo_ apt-get update -qq
