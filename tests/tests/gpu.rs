@@ -479,6 +479,28 @@ fn a_scope_returns_everything_it_allocated() {
 }
 
 #[test]
+fn an_async_scope_counts_what_it_was_given_and_returns_it() {
+    let pool = pool();
+    let keep = pool.alloc(AllocDesc::storage(1 << 20)).unwrap();
+    let max = pool.device().limits().max_buffer_size;
+    let ((sum, refused), report) = pollster::block_on(pool.scope_async(async |s| {
+        let x = s.alloc_async(AllocDesc::storage(3 << 20)).await.unwrap();
+        let y = s.alloc_async(AllocDesc::storage(5000)).await.unwrap();
+        assert_eq!(s.pool().stats().total.allocations.current, 3);
+        // A refusal inside the scope is the caller's error and is not counted.
+        let refused = s.alloc_async(AllocDesc::storage(max + 1)).await.is_err();
+        (x.size() + y.size(), refused)
+    }));
+    assert_eq!(sum, (3 << 20) + 5000);
+    assert!(refused);
+    assert_eq!((report.allocations, report.bytes), (2, (3 << 20) + 5000));
+    assert!(report.returned);
+    let s = pool.stats();
+    assert_eq!(s.total.allocations.current, 1);
+    assert_eq!(s.total.allocated_bytes.current, keep.block_size());
+}
+
+#[test]
 fn staging_buffers_are_reused_only_once_unmapped() {
     let pool = pool();
     let usage = U::MAP_READ | U::COPY_DST;

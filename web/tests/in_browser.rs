@@ -231,6 +231,34 @@ async fn bytes_written_to_a_block_read_back_through_a_pool_staging_buffer() {
 }
 
 #[wasm_bindgen_test]
+async fn a_scope_in_the_browser_gives_its_blocks_back_each_with_its_own_bytes() {
+    // Pool::scope's closure is synchronous and Scope::alloc is native only:
+    // in the browser a scope is scope_async's, its blocks alloc_async's.
+    let p = pool(Some(16 << 20)).await;
+    let keep = p.alloc_async(AllocDesc::storage(1 << 20)).await.unwrap();
+    let ((a_bytes, b_bytes, refused), report) = p
+        .scope_async(async |s| {
+            let a = s.alloc_async(AllocDesc::storage(4096)).await.unwrap();
+            let b = s.alloc_async(AllocDesc::storage(4096)).await.unwrap();
+            a.write(s.pool().queue(), 0, &[0xA1; 4096]).unwrap();
+            b.write(s.pool().queue(), 0, &[0xB2; 4096]).unwrap();
+            // Past the limit inside the scope: an error, not a block.
+            let refused = s.alloc_async(AllocDesc::storage(32 << 20)).await.is_err();
+            let a_bytes = read(s.pool(), a.buffer(), a.offset(), 4096).await;
+            let b_bytes = read(s.pool(), b.buffer(), b.offset(), 4096).await;
+            (a_bytes, b_bytes, refused)
+        })
+        .await;
+    assert!(a_bytes.iter().all(|&x| x == 0xA1), "a's bytes");
+    assert!(b_bytes.iter().all(|&x| x == 0xB2), "b's bytes");
+    assert!(refused, "32 MiB under a 16 MiB limit");
+    assert_eq!((report.allocations, report.bytes), (2, 8192));
+    assert!(report.returned);
+    assert_eq!(p.stats().total.allocated_bytes.current, keep.block_size());
+    p.check_invariants().unwrap();
+}
+
+#[wasm_bindgen_test]
 async fn a_zeroed_upload_buffer_reads_zeros_though_its_last_owner_wrote_it() {
     // WebGPU lets MAP_WRITE combine only with COPY_SRC: nothing can clear a
     // reused upload buffer, so a zeroed one is a new buffer (natively: gpu.rs).

@@ -1617,17 +1617,54 @@ impl Pool {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn scope<R>(&self, f: impl FnOnce(&Scope<'_>) -> R) -> (R, ScopeReport) {
-        let before = self.stats();
+        let (scope, before) = self.open_scope();
+        let r = f(&scope);
+        (r, self.close_scope(scope, before))
+    }
+
+    /// [`Pool::scope`] with an async closure, whose allocations await the
+    /// device's answer through [`Scope::alloc_async`]: the way to use a
+    /// scope in the browser, where [`Scope::alloc`] is not offered.
+    ///
+    /// ```
+    /// # let (device, queue) = vrampool::example_device()?;
+    /// use vrampool::{AllocDesc, Pool, PoolOptions};
+    /// let pool = Pool::new(device, queue, PoolOptions::default())?;
+    /// // In the browser, inside wasm_bindgen_futures::spawn_local; natively, any executor.
+    /// let (sum, report) = pollster::block_on(pool.scope_async(async |s| {
+    ///     let a = s.alloc_async(AllocDesc::storage(1 << 20)).await?;
+    ///     let b = s.alloc_async(AllocDesc::storage(2 << 20)).await?;
+    ///     Ok::<u64, vrampool::Error>(a.size() + b.size())
+    /// }));
+    /// assert_eq!(sum?, 3 << 20);
+    /// assert_eq!((report.allocations, report.bytes, report.returned), (2, 3 << 20, true));
+    /// assert_eq!(pool.stats().total.allocated_bytes.current, 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub async fn scope_async<R>(
+        &self,
+        f: impl for<'s> AsyncFnOnce(&'s Scope<'_>) -> R,
+    ) -> (R, ScopeReport) {
+        let (scope, before) = self.open_scope();
+        let r = f(&scope).await;
+        (r, self.close_scope(scope, before))
+    }
+
+    /// A new scope and the bytes allocated as it opens.
+    fn open_scope(&self) -> (Scope<'_>, u64) {
+        let before = self.stats().total.allocated_bytes.current;
         let scope = Scope {
             pool: self,
             report: Mutex::new(ScopeReport::default()),
         };
-        let r = f(&scope);
+        (scope, before)
+    }
+
+    /// What `scope` allocated, once every handle it gave out is dropped.
+    fn close_scope(&self, scope: Scope<'_>, before: u64) -> ScopeReport {
         let mut report = scope.report.into_inner().unwrap_or_else(|e| e.into_inner());
-        let after = self.stats();
-        report.returned =
-            after.total.allocated_bytes.current <= before.total.allocated_bytes.current;
-        (r, report)
+        report.returned = self.stats().total.allocated_bytes.current <= before;
+        report
     }
 }
 

@@ -4,10 +4,8 @@
 
 use std::sync::Mutex;
 
-#[cfg(not(target_arch = "wasm32"))]
 use crate::error::Result;
 
-#[cfg(not(target_arch = "wasm32"))]
 use super::desc::AllocDesc;
 use super::handle::{BufferBlock, PoolBuffer};
 use super::pool::Pool;
@@ -59,13 +57,26 @@ impl Scope<'_> {
     #[cfg(not(target_arch = "wasm32"))]
     pub fn alloc(&self, desc: AllocDesc<'_>) -> Result<ScopedBuffer<'_>> {
         let inner = self.pool.alloc(desc)?;
+        Ok(self.scoped(inner, desc.size))
+    }
+
+    /// [`Scope::alloc`], awaiting the device's answer as
+    /// [`Pool::alloc_async`] does: the way to allocate in a scope in the
+    /// browser (see [`Pool::scope_async`]).
+    pub async fn alloc_async(&self, desc: AllocDesc<'_>) -> Result<ScopedBuffer<'_>> {
+        let inner = self.pool.alloc_async(desc).await?;
+        Ok(self.scoped(inner, desc.size))
+    }
+
+    /// Counts a block allocated through the scope and ties it to it.
+    fn scoped(&self, inner: PoolBuffer, size: u64) -> ScopedBuffer<'_> {
         let mut r = self.report.lock().unwrap_or_else(|e| e.into_inner());
         r.allocations += 1;
-        r.bytes += desc.size;
-        Ok(ScopedBuffer {
+        r.bytes += size;
+        ScopedBuffer {
             inner,
             _scope: std::marker::PhantomData,
-        })
+        }
     }
 
     /// The pool.
