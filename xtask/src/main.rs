@@ -190,7 +190,8 @@ fn build() -> Result<()> {
         "--profile",
         "wasm-release",
     ]))?;
-    let wasm = target_dir()?.join("wasm32-unknown-unknown/wasm-release/vrampool_web.wasm");
+    let built = target_dir()?.join("wasm32-unknown-unknown/wasm-release");
+    let wasm = optimize(&built)?;
     let site = site()?;
     std::fs::create_dir_all(site.join("pkg"))
         .with_context(|| format!("creating {}", site.join("pkg").display()))?;
@@ -206,7 +207,6 @@ fn build() -> Result<()> {
         site.join("pkg").to_str().context("UTF-8 path")?,
         wasm.to_str().context("UTF-8 path")?,
     ]))?;
-    optimize(&site.join("pkg/vrampool_web_bg.wasm"))?;
     std::fs::copy(root.join("index.html"), site.join("index.html"))
         .context("copying index.html")?;
     std::fs::create_dir_all(site.join("samples"))
@@ -224,24 +224,37 @@ fn build() -> Result<()> {
     Ok(())
 }
 
-/// Runs binaryen's `wasm-opt` over the page's wasm, as wasm-pack and trunk do,
-/// if it is on PATH (`scripts/test.sh` installs Debian's `binaryen`, whose 108
-/// is measured here); without it the page works, 6 KB larger gzipped.
+/// The page's module for wasm-bindgen: cargo's build in `dir` run through
+/// binaryen's `wasm-opt` where it is on PATH (`scripts/test.sh` installs
+/// Debian's `binaryen`), as wasm-pack and trunk run it; without it the build
+/// itself, and the page works, 6 KB larger gzipped.
+///
+/// Before wasm-bindgen, not after as wasm-pack does: binaryen 108 (Debian
+/// 12's) rewrites the table of JS references that wasm-bindgen adds as a
+/// table of functions, and the page then fails to start ("WebAssembly.Table.set():
+/// Argument 1 is invalid for table"; binaryen 132 keeps it). rustc's module has
+/// no such table yet.
 ///
 /// `-O1 --converge`, not `-Oz`: what the page is held to is its gzipped size,
 /// and binaryen's size levels shrink the raw module but gzip worse than they
-/// found it (2026-12-07, at 398 267 B gzipped: `-O1 --converge` 391 893, `-O1`
-/// 392 828, `-Os` 421 009, `-Oz` 422 210; binaryen 132 from npm no better).
-/// The features are those rustc's wasm32 target enables by default.
-fn optimize(wasm: &Path) -> Result<()> {
+/// found it (2026-12-07, 398 267 B gzipped without it; after wasm-bindgen,
+/// `-O1 --converge` 391 893, `-O1` 392 828, `-Os` 421 009, `-Oz` 422 210;
+/// binaryen 132 from npm no better; before it, `-O1 --converge` 392 684). The
+/// features are those rustc's wasm32 target enables by default.
+fn optimize(dir: &Path) -> Result<PathBuf> {
+    let built = dir.join("vrampool_web.wasm");
     if Command::new("wasm-opt").arg("--version").output().is_err() {
         eprintln!(
             "warning: wasm-opt (binaryen) is not on PATH: the page is built without it, \
              about 6 KB larger gzipped (Debian: apt-get install binaryen)"
         );
-        return Ok(());
+        return Ok(built);
     }
-    let path = wasm.to_str().context("UTF-8 path")?;
+    // The same file name in a folder of its own: wasm-bindgen names the
+    // page's files after it.
+    let out = dir.join("opt");
+    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+    let optimized = out.join("vrampool_web.wasm");
     status(Command::new("wasm-opt").args([
         "-O1",
         "--converge",
@@ -251,10 +264,11 @@ fn optimize(wasm: &Path) -> Result<()> {
         "--enable-mutable-globals",
         "--enable-reference-types",
         "--enable-multivalue",
-        path,
+        built.to_str().context("UTF-8 path")?,
         "-o",
-        path,
-    ]))
+        optimized.to_str().context("UTF-8 path")?,
+    ]))?;
+    Ok(optimized)
 }
 
 /// Prints and returns (raw, gzipped) bytes of the built wasm.
