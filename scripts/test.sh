@@ -30,7 +30,7 @@ ls /usr/lib/*/dri/swrast_dri.so >/dev/null 2>&1 || need+=(libgl1-mesa-dri)
 [ -x /usr/bin/chromium ] || need+=(chromium)
 [ -x /usr/bin/chromedriver ] || need+=(chromium-driver)
 command -v node >/dev/null && command -v npm >/dev/null || need+=(nodejs npm)
-# binaryen's wasm-opt: `cargo xtask build` shrinks the page's wasm with it (6 KB gzipped).
+# binaryen's wasm-opt: `cargo xtask build` shrinks the page's wasm with it (5 KB gzipped).
 command -v wasm-opt >/dev/null || need+=(binaryen)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing ${need[*]} (Debian packages) for the real-device tests"

@@ -227,7 +227,7 @@ fn build() -> Result<()> {
 /// The page's module for wasm-bindgen: cargo's build in `dir` run through
 /// binaryen's `wasm-opt` where it is on PATH (`scripts/test.sh` installs
 /// Debian's `binaryen`), as wasm-pack and trunk run it; without it the build
-/// itself, and the page works, 6 KB larger gzipped.
+/// itself, and the page works, 5 KB larger gzipped.
 ///
 /// Before wasm-bindgen, not after as wasm-pack does: binaryen 108 (Debian
 /// 12's) rewrites the table of JS references that wasm-bindgen adds as a
@@ -246,7 +246,7 @@ fn optimize(dir: &Path) -> Result<PathBuf> {
     if Command::new("wasm-opt").arg("--version").output().is_err() {
         eprintln!(
             "warning: wasm-opt (binaryen) is not on PATH: the page is built without it, \
-             about 6 KB larger gzipped (Debian: apt-get install binaryen)"
+             about 5 KB larger gzipped (Debian: apt-get install binaryen)"
         );
         return Ok(built);
     }
