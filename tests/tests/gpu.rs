@@ -501,6 +501,27 @@ fn an_async_scope_counts_what_it_was_given_and_returns_it() {
 }
 
 #[test]
+fn an_async_scope_dropped_part_way_gives_back_what_it_held() {
+    let pool = pool();
+    let keep = pool.alloc(AllocDesc::storage(1 << 20)).unwrap();
+    let mut scope = Box::pin(pool.scope_async(async |s| {
+        let _x = s.alloc_async(AllocDesc::storage(3 << 20)).await.unwrap();
+        std::future::pending::<()>().await;
+    }));
+    // Natively the device answers at once: one poll allocates, then waits forever.
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    assert!(scope.as_mut().poll(&mut cx).is_pending());
+    let held = pool.stats().total.allocated_bytes.current;
+    assert_eq!(held, keep.block_size() + (3 << 20));
+    drop(scope);
+    assert_eq!(
+        pool.stats().total.allocated_bytes.current,
+        keep.block_size()
+    );
+    pool.check_invariants().unwrap();
+}
+
+#[test]
 fn staging_buffers_are_reused_only_once_unmapped() {
     let pool = pool();
     let usage = U::MAP_READ | U::COPY_DST;

@@ -240,6 +240,9 @@ async fn a_scope_in_the_browser_gives_its_blocks_back_each_with_its_own_bytes() 
         .scope_async(async |s| {
             let a = s.alloc_async(AllocDesc::storage(4096)).await.unwrap();
             let b = s.alloc_async(AllocDesc::storage(4096)).await.unwrap();
+            // Two ranges of one buffer: their bytes stay apart only if each
+            // write keeps to its own.
+            assert!(a.buffer() == b.buffer() && a.offset() != b.offset());
             a.write(s.pool().queue(), 0, &[0xA1; 4096]).unwrap();
             b.write(s.pool().queue(), 0, &[0xB2; 4096]).unwrap();
             // Past the limit inside the scope: an error, not a block.

@@ -162,9 +162,10 @@ fn ensure_tools() -> Result<String> {
             }
             status(&mut c)
         };
-        if let Err(e) = install(true) {
-            eprintln!("{e:#}; trying again with the newest dependencies the registry has");
-            install(false)?;
+        if let Err(locked) = install(true) {
+            eprintln!("{locked:#}; trying again with the newest dependencies the registry has");
+            install(false)
+                .with_context(|| format!("after the locked install failed too: {locked:#}"))?;
         }
         let found = on_path();
         if found.as_deref() != Some(&format!("wasm-bindgen {want}")) {
@@ -190,23 +191,35 @@ fn build() -> Result<()> {
         "--profile",
         "wasm-release",
     ]))?;
-    let built = target_dir()?.join("wasm32-unknown-unknown/wasm-release");
-    let wasm = optimize(&built)?;
+    let dir = target_dir()?.join("wasm32-unknown-unknown/wasm-release");
+    let built = dir.join("vrampool_web.wasm");
     let site = site()?;
     std::fs::create_dir_all(site.join("pkg"))
         .with_context(|| format!("creating {}", site.join("pkg").display()))?;
-    status(Command::new("wasm-bindgen").args([
-        "--target",
-        "web",
-        "--no-typescript",
-        // Function names are half the module and nothing reads them (a panic
-        // still prints its message through console_error_panic_hook).
-        "--remove-name-section",
-        "--remove-producers-section",
-        "--out-dir",
-        site.join("pkg").to_str().context("UTF-8 path")?,
-        wasm.to_str().context("UTF-8 path")?,
-    ]))?;
+    let bindgen = |wasm: &Path| -> Result<()> {
+        status(Command::new("wasm-bindgen").args([
+            "--target",
+            "web",
+            "--no-typescript",
+            // Function names are half the module and nothing reads them (a
+            // panic still prints its message through console_error_panic_hook).
+            "--remove-name-section",
+            "--remove-producers-section",
+            "--out-dir",
+            site.join("pkg").to_str().context("UTF-8 path")?,
+            wasm.to_str().context("UTF-8 path")?,
+        ]))
+    };
+    // wasm-bindgen reads the module's descriptors by interpreting them, which
+    // it does not promise for an optimized module: where it (or wasm-opt)
+    // fails, the page is built from cargo's module, 5 KB larger.
+    match optimize(&dir).and_then(|optimized| bindgen(&optimized)) {
+        Ok(()) => {}
+        Err(e) => {
+            eprintln!("warning: {e:#}; building the page without wasm-opt (5 KB larger gzipped)");
+            bindgen(&built)?;
+        }
+    }
     std::fs::copy(root.join("index.html"), site.join("index.html"))
         .context("copying index.html")?;
     std::fs::create_dir_all(site.join("samples"))
@@ -224,10 +237,10 @@ fn build() -> Result<()> {
     Ok(())
 }
 
-/// The page's module for wasm-bindgen: cargo's build in `dir` run through
-/// binaryen's `wasm-opt` where it is on PATH (`scripts/test.sh` installs
-/// Debian's `binaryen`), as wasm-pack and trunk run it; without it the build
-/// itself, and the page works, 5 KB larger gzipped.
+/// cargo's build in `dir` run through binaryen's `wasm-opt`, for
+/// wasm-bindgen: the path of the optimized module. wasm-pack and trunk run it
+/// too; `scripts/test.sh` installs Debian's `binaryen`. An error where it is
+/// not on PATH or fails (the caller then builds the page without it).
 ///
 /// Before wasm-bindgen, not after as wasm-pack does: binaryen 108 (Debian
 /// 12's) rewrites the table of JS references that wasm-bindgen adds as a
@@ -237,18 +250,17 @@ fn build() -> Result<()> {
 ///
 /// `-O1 --converge`, not `-Oz`: what the page is held to is its gzipped size,
 /// and binaryen's size levels shrink the raw module but gzip worse than they
-/// found it (2026-12-07, 398 267 B gzipped without it; after wasm-bindgen,
-/// `-O1 --converge` 391 893, `-O1` 392 828, `-Os` 421 009, `-Oz` 422 210;
-/// binaryen 132 from npm no better; before it, `-O1 --converge` 392 684). The
-/// features are those rustc's wasm32 target enables by default.
+/// found it. Measured on 2026-12-07 (d4233dc, binaryen 108, wasm-bindgen
+/// after it, gzip -9): 398 286 B without it; `-O1 --converge` 392 684 here,
+/// 393 599 B by this tool's own gzip (398 833 without it); run after
+/// wasm-bindgen instead (where 108 breaks the page), `-O1 --converge`
+/// 391 893, `-O1` 392 828, `-Os` 421 009, `-Oz` 422 210, and binaryen 132
+/// no better. The features are those rustc's wasm32 target enables by default.
 fn optimize(dir: &Path) -> Result<PathBuf> {
     let built = dir.join("vrampool_web.wasm");
-    if Command::new("wasm-opt").arg("--version").output().is_err() {
-        eprintln!(
-            "warning: wasm-opt (binaryen) is not on PATH: the page is built without it, \
-             about 5 KB larger gzipped (Debian: apt-get install binaryen)"
-        );
-        return Ok(built);
+    match Command::new("wasm-opt").arg("--version").output() {
+        Ok(o) if o.status.success() => {}
+        _ => bail!("wasm-opt (binaryen) does not run here (Debian: apt-get install binaryen)"),
     }
     // The same file name in a folder of its own: wasm-bindgen names the
     // page's files after it.

@@ -1624,7 +1624,10 @@ impl Pool {
 
     /// [`Pool::scope`] with an async closure, whose allocations await the
     /// device's answer through [`Scope::alloc_async`]: the way to use a
-    /// scope in the browser, where [`Scope::alloc`] is not offered.
+    /// scope in the browser, where [`Scope::alloc`] is not offered. Other
+    /// tasks run while the scope awaits, and what they hold at its end
+    /// counts against [`ScopeReport::returned`]. A scope whose future is
+    /// dropped part-way gives back what it held as its handles drop.
     ///
     /// ```
     /// # let (device, queue) = vrampool::example_device()?;
@@ -1641,10 +1644,7 @@ impl Pool {
     /// assert_eq!(pool.stats().total.allocated_bytes.current, 0);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub async fn scope_async<R>(
-        &self,
-        f: impl for<'s> AsyncFnOnce(&'s Scope<'_>) -> R,
-    ) -> (R, ScopeReport) {
+    pub async fn scope_async<R>(&self, f: impl AsyncFnOnce(&Scope<'_>) -> R) -> (R, ScopeReport) {
         let (scope, before) = self.open_scope();
         let r = f(&scope).await;
         (r, self.close_scope(scope, before))

@@ -10,7 +10,7 @@ use super::desc::AllocDesc;
 use super::handle::{BufferBlock, PoolBuffer};
 use super::pool::Pool;
 
-/// What a [`Pool::scope`] allocated.
+/// What a [`Pool::scope`] or [`Pool::scope_async`] allocated.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ScopeReport {
     /// Allocations made through the scope.
@@ -18,7 +18,9 @@ pub struct ScopeReport {
     /// Bytes requested through the scope.
     pub bytes: u64,
     /// Whether the pool's allocated bytes were back to (or under) their level
-    /// at the scope's start when it ended.
+    /// at the scope's start when it ended. The whole pool's: what other
+    /// threads, or in [`Pool::scope_async`] other tasks running while the
+    /// scope awaits, allocated or freed meanwhile counts too.
     pub returned: bool,
 }
 
