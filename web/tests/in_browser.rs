@@ -238,8 +238,16 @@ async fn a_scope_in_the_browser_gives_its_blocks_back_each_with_its_own_bytes() 
     let keep = p.alloc_async(AllocDesc::storage(1 << 20)).await.unwrap();
     let ((a_bytes, b_bytes, refused), report) = p
         .scope_async(async |s| {
-            let a = s.alloc_async(AllocDesc::storage(4096)).await.unwrap();
-            let b = s.alloc_async(AllocDesc::storage(4096)).await.unwrap();
+            // read_write: blocks that share buffers (a plain storage block,
+            // Access::Any, gets a buffer of its own).
+            let a = s
+                .alloc_async(AllocDesc::storage(4096).read_write())
+                .await
+                .unwrap();
+            let b = s
+                .alloc_async(AllocDesc::storage(4096).read_write())
+                .await
+                .unwrap();
             // Two ranges of one buffer: their bytes stay apart only if each
             // write keeps to its own.
             assert!(a.buffer() == b.buffer() && a.offset() != b.offset());
