@@ -3,11 +3,12 @@
 //! allocations).
 
 use leptos::prelude::*;
+use leptos::task::spawn_local;
 use vrampool::{Growth, fmt_bytes};
 
 use super::allocate::{AllocForm, allocate};
-use super::page::{Page, REPLAYING, replaying};
-use crate::model::{ModelCell, parse_budget, parse_mib};
+use super::page::{BUSY, Page, REPLAYING, replaying};
+use crate::model::{Model, ModelCell, parse_budget, parse_mib};
 
 const MIB: u64 = 1 << 20;
 
@@ -49,44 +50,63 @@ pub fn SettingsPanel() -> impl IntoView {
             Ok(settings) => settings,
             Err(e) => return page.fail(e),
         };
-        page.with_model(|m| {
-            // Growth changes only with a new pool; so does a new preallocation.
-            // New limits alone apply to this pool: its blocks, cache and
-            // counters stay.
-            let renew = m.growth() != g;
-            let r = if renew {
-                m.reset(g, b, c).map_err(|e| e.to_string())
-            } else {
-                // The pool keeps its preallocation whatever the budget (it
-                // is pinned): one below it is refused, as a new pool's is.
-                let pinned: u64 = m
-                    .snapshot()
-                    .segments
-                    .iter()
-                    .filter(|s| s.pinned)
-                    .map(|s| s.size)
-                    .sum();
-                match b.filter(|&b| b < pinned) {
-                    Some(b) => Err(format!(
-                        "a budget of {} is below the {} this pool preallocated: raise the budget, or preallocate less",
-                        fmt_bytes(b),
-                        fmt_bytes(pinned)
-                    )),
-                    None => m.set_limits(b, c).map_err(|e| e.to_string()),
-                }
-            };
-            match r {
-                Ok(()) => m.say(format!(
-                    "settings ({}): budget {}, cache limit {}, growth {g:?}",
-                    if renew { "a new pool" } else { "this pool" },
-                    b.map_or("none".into(), fmt_bytes),
-                    c.map_or("none".into(), fmt_bytes)
-                )),
-                Err(e) => {
-                    m.say(format!("settings refused: {e}"));
-                    page.fail(e);
-                }
+        // Growth changes only with a new pool; so does a new preallocation.
+        // New limits alone apply to this pool: its blocks, cache and
+        // counters stay.
+        let Some(renew) = page.with_model(|m| m.growth() != g) else {
+            return;
+        };
+        let said = move |m: &mut Model, r: Result<(), String>| match r {
+            Ok(()) => m.say(format!(
+                "settings ({}): budget {}, cache limit {}, growth {g:?}",
+                if renew { "a new pool" } else { "this pool" },
+                b.map_or("none".into(), fmt_bytes),
+                c.map_or("none".into(), fmt_bytes)
+            )),
+            Err(e) => {
+                m.say(format!("settings refused: {e}"));
+                page.fail(e);
             }
+        };
+        if renew {
+            // The new pool is made apart, awaiting the device's answer to a
+            // preallocation (in the browser), with the GPU claimed meanwhile;
+            // one refused leaves this pool and its blocks as they are.
+            let Some(claim) = page.claim_gpu() else {
+                return page.fail(BUSY);
+            };
+            let Some(backing) = page.with_model(|m| m.backing()) else {
+                return;
+            };
+            spawn_local(async move {
+                let made = backing.renew_async(Model::pool_config(g, b, c)).await;
+                page.with_model(|m| {
+                    let r = made.map(|new| m.install(new, g, c));
+                    said(m, r.map_err(|e| e.to_string()));
+                });
+                drop(claim);
+            });
+            return;
+        }
+        page.with_model(|m| {
+            // The pool keeps its preallocation whatever the budget (it is
+            // pinned): one below it is refused, as a new pool's is.
+            let pinned: u64 = m
+                .snapshot()
+                .segments
+                .iter()
+                .filter(|s| s.pinned)
+                .map(|s| s.size)
+                .sum();
+            let r = match b.filter(|&b| b < pinned) {
+                Some(b) => Err(format!(
+                    "a budget of {} is below the {} this pool preallocated: raise the budget, or preallocate less",
+                    fmt_bytes(b),
+                    fmt_bytes(pinned)
+                )),
+                None => m.set_limits(b, c).map_err(|e| e.to_string()),
+            };
+            said(m, r);
         });
     };
     let induce_oom = move |_| {

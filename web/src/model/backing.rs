@@ -22,6 +22,9 @@ pub const WEBGPU_MAX_BUFFER: u64 = 256 << 20;
 /// the simulated engine it is ready at once.
 pub type AllocFuture<'a> = Pin<Box<dyn Future<Output = Result<Block, Error>> + 'a>>;
 
+/// What [`Backing::renew_async`] returns.
+pub type RenewFuture = Pin<Box<dyn Future<Output = Result<Rc<dyn Backing>, Error>>>>;
+
 /// What hands out the page's blocks: the WebGPU [`Pool`], or the engine on a
 /// simulated device ([`Simulated`]) where the browser has none.
 ///
@@ -72,6 +75,14 @@ pub trait Backing {
 
     /// A new, empty backing of the same kind (on the same device) with `config`.
     fn renew(&self, config: Config) -> Result<Rc<dyn Backing>, Error>;
+
+    /// [`Backing::renew`], awaiting the device's answer to a preallocation
+    /// (`Pool::new_async`: `Pool::new` in the browser takes its segments
+    /// unchecked, and one the device refused would hand out invalid buffers).
+    fn renew_async(&self, config: Config) -> RenewFuture {
+        let renewed = self.renew(config);
+        Box::pin(async move { renewed })
+    }
 
     /// Starts recording every allocate and free as RMM CSV.
     fn start_recording(&self);
@@ -142,6 +153,16 @@ impl Backing for Pool {
         };
         let pool = Pool::new(self.device().clone(), self.queue().clone(), options)?;
         Ok(Rc::new(pool))
+    }
+    fn renew_async(&self, config: Config) -> RenewFuture {
+        let (device, queue) = (self.device().clone(), self.queue().clone());
+        Box::pin(async move {
+            let options = PoolOptions {
+                config,
+                ..PoolOptions::default()
+            };
+            Ok(Rc::new(Pool::new_async(device, queue, options).await?) as Rc<dyn Backing>)
+        })
     }
     fn start_recording(&self) {
         Pool::start_recording(self);

@@ -431,16 +431,30 @@ impl Model {
         budget: Option<u64>,
         cache_limit: Option<u64>,
     ) -> Result<(), Error> {
-        let config = Config {
+        // The new pool first: settings it refuses (a preallocation above the
+        // budget or a buffer) leave the blocks held and the replay running.
+        let backing = self
+            .backing
+            .renew(Self::pool_config(growth, budget, cache_limit))?;
+        self.install(backing, growth, cache_limit);
+        Ok(())
+    }
+
+    /// The configuration of the page's pools with these settings.
+    pub fn pool_config(growth: Growth, budget: Option<u64>, cache_limit: Option<u64>) -> Config {
+        Config {
             growth,
             limit: budget.map(Limit::Bytes),
             cache_limit,
             default_usage: READ_WRITE_USAGE.bits(),
             ..Config::default()
-        };
-        // The new pool first: settings it refuses (a preallocation above the
-        // budget or a buffer) leave the blocks held and the replay running.
-        let backing = self.backing.renew(config)?;
+        }
+    }
+
+    /// [`Model::reset`]'s second half, for a new pool made apart
+    /// ([`Backing::renew_async`], which awaits the device's answer to a
+    /// preallocation): drops every block and the old pool.
+    pub fn install(&mut self, backing: Rc<dyn Backing>, growth: Growth, cache_limit: Option<u64>) {
         self.free_all();
         // A replay under way ends here, its figures so far logged.
         self.finish_replay();
@@ -455,7 +469,6 @@ impl Model {
         if !self.recording.is_full() {
             self.backing.start_recording();
         }
-        Ok(())
     }
 
     /// Moves what the pool recorded since the last call into the page's
