@@ -678,24 +678,26 @@ try {
   assert.equal(await page.locator('#backend').getAttribute('data-kind'), 'webgpu');
   step(`device loss: ${lost} Then: ${refused} A new device allocates again.`);
 
-  // 7b. Preallocate: apply makes the new pool once the device has answered
-  // for its 64 MiB segment (Pool::new_async: one segment, pinned, all of
-  // what the pool reserves); back to growing on demand after. (The panel's
-  // blocks would not come out of it: a STORAGE block gets a buffer of its
-  // own, the preallocation is for read-write tensors, as training's.)
-  await page.click('#btn-free-all');
+  // 7b. Preallocate: apply makes a new pool (Pool::new_async, which awaits
+  // the browser's answer for its segment) of one 64 MiB segment, all of what
+  // it reserves, and drops the old pool with its blocks; back to growing on
+  // demand after. (The panel's blocks would not come out of it: a STORAGE
+  // block gets a buffer of its own; the preallocation is for read-write
+  // tensors, as training's.)
+  await page.click('#btn-alloc');
+  await waitFor('blocks live in the old pool', async () => (await num('#stat-allocated')) > 0);
   await page.selectOption('#growth', 'preallocate');
   await page.fill('#prealloc', '64');
   await page.click('#btn-apply');
   await waitFor('the preallocated pool', async () => (await num('#stat-reserved')) === 64 * 2 ** 20);
-  await waitFor('its log line', async () => /settings \(a new pool\)[^\n]*Preallocate\(67108864\)/.test(await page.locator('#log').textContent()));
+  await waitFor('its log line', async () => (await page.locator('#log li', { hasText: /^settings \(a new pool\).*Preallocate\(67108864\)/ }).count()) > 0);
   await freshSample();
   assert.equal(await num('#ctr-device-allocs'), 1, 'one segment made for it');
   assert.equal(await num('#stat-allocated'), 0, 'the old pool\'s blocks went with it');
   await page.selectOption('#growth', 'on-demand');
   await page.click('#btn-apply');
   await waitFor('a pool that grows on demand again', async () => (await num('#stat-reserved')) === 0);
-  step('preallocate: a new pool of 64 MiB in one segment, made once the device answered; then on demand again');
+  step('preallocate: a new pool of one 64 MiB segment, the old pool\'s blocks gone; then on demand again');
 
   // 8. Train the MLP on the new device with int8 weights: the loss falls.
   await page.click('#btn-free-all');

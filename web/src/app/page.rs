@@ -26,6 +26,10 @@ pub const BUSY: &str = "busy: a replay or training step is using the GPU; press 
 /// is pressed during a replay, whose figures they would change.
 pub const REPLAYING: &str = "a replay is running: stop it or let it end first";
 
+/// Said when a button that would change the page's pool is pressed while a
+/// new one, from the settings, awaits the device.
+pub const RENEWING: &str = "a new pool is being made: press again in a moment";
+
 /// Whether a replay is running on the page's pool.
 pub fn replaying(page: Page) -> bool {
     page.with_model(|m| m.replay.is_some()) == Some(true)
@@ -42,6 +46,8 @@ pub struct Page {
     pub model: StoredValue<Option<Model>, LocalStorage>,
     /// Whether a task is using the GPU pool (see [`Page::claim_gpu`]).
     busy: StoredValue<bool>,
+    /// Whether the settings' new pool awaits the device (see [`Page::renewing`]).
+    renewing: StoredValue<bool>,
     /// What the last button that failed says (`#error`).
     pub error: RwSignal<Option<String>>,
     /// Which device, and whether it was lost (written by the tick).
@@ -84,6 +90,7 @@ impl Page {
         Page {
             model: StoredValue::new_local(None),
             busy: StoredValue::new(false),
+            renewing: StoredValue::new(false),
             error: RwSignal::new(None),
             device: RwSignal::new(DeviceView::default()),
             stats: RwSignal::new(None),
@@ -134,6 +141,20 @@ impl Page {
         self.error.set(Some(message.into()));
     }
 
+    /// Whether the settings' new pool awaits the device: what would change
+    /// the pool meanwhile (new limits, a replay's fresh pool) would be lost
+    /// or cut short when it is installed, and is refused with [`RENEWING`].
+    pub fn renewing(self) -> bool {
+        self.renewing.get_value()
+    }
+
+    /// Marks the settings' new pool as awaited until the mark is dropped
+    /// (with the GPU claimed too, so no allocation or training starts).
+    pub fn mark_renewing(self) -> Renewing {
+        self.renewing.set_value(true);
+        Renewing(self.renewing)
+    }
+
     /// Claims the GPU pool for one task until the claim is dropped; `None`
     /// while another task holds it. (On the simulated device, allocations and
     /// replay steps never yield, so they hold it only while they run.)
@@ -163,6 +184,15 @@ impl Page {
                 f(m);
             }
         });
+    }
+}
+
+/// The settings' new pool awaited ([`Page::mark_renewing`]); done when dropped.
+pub struct Renewing(StoredValue<bool>);
+
+impl Drop for Renewing {
+    fn drop(&mut self) {
+        self.0.set_value(false);
     }
 }
 

@@ -10,7 +10,7 @@ use leptos::prelude::*;
 use leptos::task::spawn_local;
 use vrampool::{Trace, fmt_bytes};
 
-use super::page::{Page, TICK, now_s, rest_of_tick, sleep};
+use super::page::{Page, RENEWING, TICK, now_s, rest_of_tick, sleep};
 use crate::model::{
     MAX_UPLOAD_ROWS, Model, ModelCell, ReplayResult, SAMPLES, advance_replay, parse_speed,
     refuse_upload,
@@ -127,6 +127,11 @@ pub fn ReplayPanel() -> impl IntoView {
             Ok(speed) => speed,
             Err(e) => return trace_error.set(Some(e)),
         };
+        // Its fresh pool would be replaced, and the replay cut short, when
+        // the settings' new pool is installed.
+        if page.renewing() {
+            return trace_error.set(Some(RENEWING.into()));
+        }
         let started = page.with_model(|m| {
             m.start_replay(trace, speed)
                 .inspect_err(|e| m.say(format!("cannot replay: {e}")))

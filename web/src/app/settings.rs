@@ -7,7 +7,7 @@ use leptos::task::spawn_local;
 use vrampool::{Growth, fmt_bytes};
 
 use super::allocate::{AllocForm, allocate};
-use super::page::{BUSY, Page, REPLAYING, replaying};
+use super::page::{BUSY, Page, RENEWING, REPLAYING, replaying};
 use crate::model::{Model, ModelCell, parse_budget, parse_mib};
 
 const MIB: u64 = 1 << 20;
@@ -45,6 +45,9 @@ pub fn SettingsPanel() -> impl IntoView {
         if replaying(page) {
             return page.fail(REPLAYING);
         }
+        if page.renewing() {
+            return page.fail(RENEWING);
+        }
         page.error.set(None);
         let (b, c, g) = match read_settings() {
             Ok(settings) => settings,
@@ -78,13 +81,24 @@ pub fn SettingsPanel() -> impl IntoView {
             let Some(backing) = page.with_model(|m| m.backing()) else {
                 return;
             };
+            let renewing = page.mark_renewing();
             spawn_local(async move {
                 let made = backing.renew_async(Model::pool_config(g, b, c)).await;
                 page.with_model(|m| {
-                    let r = made.map(|new| m.install(new, g, c));
-                    said(m, r.map_err(|e| e.to_string()));
+                    let r = match made {
+                        // Nothing replaces the pool while the claim and the
+                        // mark are held; should something, the new pool is
+                        // dropped rather than put over it.
+                        Ok(_) if !m.uses(&backing) => Err("the pool changed meanwhile".into()),
+                        Ok(new) => {
+                            m.install(new, g, c);
+                            Ok(())
+                        }
+                        Err(e) => Err(e.to_string()),
+                    };
+                    said(m, r);
                 });
-                drop(claim);
+                drop((renewing, claim));
             });
             return;
         }
@@ -113,6 +127,9 @@ pub fn SettingsPanel() -> impl IntoView {
         // Not under a replay: its figures would be the budget's.
         if replaying(page) {
             return page.fail(REPLAYING);
+        }
+        if page.renewing() {
+            return page.fail(RENEWING);
         }
         // A budget just above what is live: setting it gives the cache back,
         // the next requests fill it, and the first one past it is refused
