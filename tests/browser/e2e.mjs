@@ -694,10 +694,18 @@ try {
   await freshSample();
   assert.equal(await num('#ctr-device-allocs'), 1, 'one segment made for it');
   assert.equal(await num('#stat-allocated'), 0, 'the old pool\'s blocks went with it');
+  // A replay in this mode gets a fresh pool with the same preallocation, also
+  // awaited, and runs to its end on it.
+  await page.selectOption('#sample', 'resnet_train');
+  await page.fill('#speed', '1000000');
+  await page.click('#btn-replay');
+  await waitFor('the replay on a preallocated pool', async () => (await page.locator('#replay-status').textContent()).startsWith('resnet_train done: '), 120_000);
+  assert.equal(await num('#replay-result', 'data-ooms'), 0);
+  assert.ok((await num('#replay-result', 'data-peak-reserved')) >= 64 * 2 ** 20, 'the preallocation counted in its peak');
   await page.selectOption('#growth', 'on-demand');
   await page.click('#btn-apply');
   await waitFor('a pool that grows on demand again', async () => (await num('#stat-reserved')) === 0);
-  step('preallocate: a new pool of one 64 MiB segment, the old pool\'s blocks gone; then on demand again');
+  step('preallocate: a new pool of one 64 MiB segment, the old pool\'s blocks gone; a replay on a fresh one; then on demand again');
 
   // 8. Train the MLP on the new device with int8 weights: the loss falls.
   await page.click('#btn-free-all');

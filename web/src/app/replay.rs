@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use leptos::prelude::*;
 use leptos::task::spawn_local;
-use vrampool::{Trace, fmt_bytes};
+use vrampool::{Growth, Trace, fmt_bytes};
 
 use super::page::{Page, RENEWING, TICK, now_s, rest_of_tick, sleep};
 use crate::model::{
@@ -132,17 +132,48 @@ pub fn ReplayPanel() -> impl IntoView {
         if page.renewing() {
             return trace_error.set(Some(RENEWING.into()));
         }
-        let started = page.with_model(|m| {
-            m.start_replay(trace, speed)
-                .inspect_err(|e| m.say(format!("cannot replay: {e}")))
-        });
-        match started {
-            Some(Ok(id)) => spawn_local(run_replay(page, id)),
-            Some(Err(e)) => trace_error.set(Some(e.to_string())),
-            None => trace_error.set(Some(
+        let refused = move |e: String| {
+            page.say(format!("cannot replay: {e}"));
+            trace_error.set(Some(e));
+        };
+        let Some(prepared) = page.with_model(|m| {
+            let config = m.replay_config(&trace)?;
+            Ok::<_, vrampool::Error>((config, m.backing(), m.growth()))
+        }) else {
+            return trace_error.set(Some(
                 "the device is still opening: try again in a moment".into(),
-            )),
+            ));
+        };
+        let (config, backing, growth) = match prepared {
+            Ok(prepared) => prepared,
+            Err(e) => return refused(e.to_string()),
+        };
+        if growth == Growth::OnDemand {
+            // Nothing to await: the fresh pool at once.
+            match page.with_model(|m| m.start_replay(trace, speed)) {
+                Some(Ok(id)) => spawn_local(run_replay(page, id)),
+                Some(Err(e)) => refused(e.to_string()),
+                None => {}
+            }
+            return;
         }
+        // A preallocating pool awaits the device's answer for its segments
+        // (Pool::new_async), refusing what would change the pool meanwhile.
+        let renewing = page.mark_renewing();
+        spawn_local(async move {
+            let made = backing.renew_async(config).await;
+            drop(renewing);
+            let started = page.with_model(|m| match made {
+                Ok(_) if !m.uses(&backing) => Err("the pool changed meanwhile".to_string()),
+                Ok(new) => Ok(m.start_replay_on(new, trace, speed)),
+                Err(e) => Err(e.to_string()),
+            });
+            match started {
+                Some(Ok(id)) => run_replay(page, id).await,
+                Some(Err(e)) => refused(e),
+                None => {}
+            }
+        });
     };
     let replay_sample = move |_| {
         trace_error.set(None);

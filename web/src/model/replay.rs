@@ -170,8 +170,15 @@ impl Model {
     /// the figures can be checked against the harness's replay of the same
     /// trace). Returns the replay's id, for [`advance_replay`].
     pub fn start_replay(&mut self, trace: impl Into<Arc<Trace>>, speed: f64) -> Result<u64, Error> {
-        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         let trace = trace.into();
+        let config = self.replay_config(&trace)?;
+        let backing = self.backing.renew(config)?;
+        Ok(self.start_replay_on(backing, trace, speed))
+    }
+
+    /// The configuration of a replay's fresh pool (the page's settings, the
+    /// limit in force), or why `trace` cannot be replayed here.
+    pub fn replay_config(&self, trace: &Trace) -> Result<Config, Error> {
         if trace.largest > self.max_buffer {
             return Err(Error::TooLarge {
                 requested: trace.largest,
@@ -179,7 +186,22 @@ impl Model {
             });
         }
         let limit = self.stats().limit;
-        self.reset(self.growth, limit, self.cache_limit)?;
+        Ok(Self::pool_config(self.growth, limit, self.cache_limit))
+    }
+
+    /// [`Model::start_replay`] on a fresh pool made apart from
+    /// [`Model::replay_config`] ([`Backing::renew_async`], which awaits the
+    /// device's answer to a preallocation).
+    pub fn start_replay_on(
+        &mut self,
+        backing: Rc<dyn Backing>,
+        trace: Arc<Trace>,
+        speed: f64,
+    ) -> u64 {
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+        let limit = self.stats().limit;
+        let (growth, cache_limit) = (self.growth, self.cache_limit);
+        self.install(backing, growth, cache_limit);
         self.backing.reset_peak_stats();
         self.say(format!(
             "replay {}: {} events, peak live {}",
@@ -199,7 +221,7 @@ impl Model {
             stopped_by_error: false,
         });
         self.replay_result = None;
-        Ok(id)
+        id
     }
 
     /// How many events of replay `id` to take in the tick that begins at
