@@ -694,8 +694,11 @@ try {
   await freshSample();
   assert.equal(await num('#ctr-device-allocs'), 1, 'one segment made for it');
   assert.equal(await num('#stat-allocated'), 0, 'the old pool\'s blocks went with it');
-  // A replay in this mode gets a fresh pool with the same preallocation, also
-  // awaited, and runs to its end on it.
+  // A replay in this mode gets a fresh pool with the same preallocation and
+  // runs to its end on it. (That the device's answer is awaited, these steps
+  // cannot tell from the synchronous Pool::new, on which the same figures
+  // come: a preallocation the browser refuses is core's in-browser test,
+  // a_preallocation_the_browser_refuses_is_new_asyncs_error.)
   await page.selectOption('#sample', 'resnet_train');
   await page.fill('#speed', '1000000');
   await page.click('#btn-replay');

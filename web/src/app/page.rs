@@ -20,7 +20,8 @@ use crate::model::{Compare, Model, ModelCell, Moment, PeakStack, Point};
 
 /// Said when a button that needs the GPU is pressed while a replay or a
 /// training step is awaiting it.
-pub const BUSY: &str = "busy: a replay or training step is using the GPU; press again in a moment";
+pub const BUSY: &str =
+    "busy: a replay, a training step or a new pool is using the GPU; press again in a moment";
 
 /// Said when "allocate", "empty_cache()", "apply", "induce OOM" or "train"
 /// is pressed during a replay, whose figures they would change.
@@ -46,7 +47,7 @@ pub struct Page {
     pub model: StoredValue<Option<Model>, LocalStorage>,
     /// Whether a task is using the GPU pool (see [`Page::claim_gpu`]).
     busy: StoredValue<bool>,
-    /// Whether the settings' new pool awaits the device (see [`Page::renewing`]).
+    /// Whether a new pool awaits the device (see [`Page::renewing`]).
     renewing: StoredValue<bool>,
     /// What the last button that failed says (`#error`).
     pub error: RwSignal<Option<String>>,
@@ -141,25 +142,29 @@ impl Page {
         self.error.set(Some(message.into()));
     }
 
-    /// Whether the settings' new pool awaits the device: what would change
-    /// the pool meanwhile (new limits, a replay's fresh pool) would be lost
-    /// or cut short when it is installed, and is refused with [`RENEWING`].
+    /// Whether a new pool (the settings', or a replay's that preallocates)
+    /// awaits the device: what would change the pool meanwhile (new limits,
+    /// a replay's fresh pool) would be lost or cut short when it is
+    /// installed, and is refused with [`RENEWING`]; what claims the GPU
+    /// (allocations, training, a new device) is refused by
+    /// [`Page::claim_gpu`].
     pub fn renewing(self) -> bool {
         self.renewing.get_value()
     }
 
-    /// Marks the settings' new pool as awaited until the mark is dropped
-    /// (with the GPU claimed too, so no allocation or training starts).
+    /// Marks a new pool as awaited until the mark is dropped.
     pub fn mark_renewing(self) -> Renewing {
         self.renewing.set_value(true);
         Renewing(self.renewing)
     }
 
     /// Claims the GPU pool for one task until the claim is dropped; `None`
-    /// while another task holds it. (On the simulated device, allocations and
-    /// replay steps never yield, so they hold it only while they run.)
+    /// while another task holds it, or a new pool awaits the device (its
+    /// install would drop what the task allocates). (On the simulated device,
+    /// allocations and replay steps never yield, so they hold it only while
+    /// they run.)
     pub fn claim_gpu(self) -> Option<GpuClaim> {
-        if self.busy.get_value() {
+        if self.busy.get_value() || self.renewing.get_value() {
             return None;
         }
         self.busy.set_value(true);
@@ -187,7 +192,7 @@ impl Page {
     }
 }
 
-/// The settings' new pool awaited ([`Page::mark_renewing`]); done when dropped.
+/// A new pool awaited ([`Page::mark_renewing`]); done when dropped.
 pub struct Renewing(StoredValue<bool>);
 
 impl Drop for Renewing {

@@ -199,9 +199,10 @@ impl Model {
         speed: f64,
     ) -> u64 {
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-        let limit = self.stats().limit;
         let (growth, cache_limit) = (self.growth, self.cache_limit);
         self.install(backing, growth, cache_limit);
+        // The new pool's limit, which its configuration was given.
+        let limit = self.stats().limit;
         self.backing.reset_peak_stats();
         self.say(format!(
             "replay {}: {} events, peak live {}",
