@@ -405,7 +405,13 @@ impl FrontCache {
             }
         };
         // In drop order, so a drain hands blocks back in the order they went.
-        let parked = slot.parked.remove(i);
+        // The last one parked is the usual hit (a loop's block, dropped and
+        // asked for again): popped, with no call to shift the rest.
+        let parked = if i + 1 == slot.parked.len() {
+            slot.parked.pop().expect("index i is in the vector")
+        } else {
+            slot.parked.remove(i)
+        };
         slot.handed_on += 1;
         if slot.parked.is_empty() {
             shard.occupied.store(false, Ordering::Relaxed);
