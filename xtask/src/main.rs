@@ -191,8 +191,7 @@ fn build() -> Result<()> {
         "--profile",
         "wasm-release",
     ]))?;
-    let dir = target_dir()?.join("wasm32-unknown-unknown/wasm-release");
-    let built = dir.join("vrampool_web.wasm");
+    let built = target_dir()?.join("wasm32-unknown-unknown/wasm-release/vrampool_web.wasm");
     let site = site()?;
     std::fs::create_dir_all(site.join("pkg"))
         .with_context(|| format!("creating {}", site.join("pkg").display()))?;
@@ -213,7 +212,7 @@ fn build() -> Result<()> {
     // wasm-bindgen reads the module's descriptors by interpreting them, which
     // it does not promise for an optimized module: where it (or wasm-opt)
     // fails, the page is built from cargo's module, 5 KB larger.
-    match optimize(&dir).and_then(|optimized| bindgen(&optimized)) {
+    match optimize(&built).and_then(|optimized| bindgen(&optimized)) {
         Ok(()) => {}
         Err(e) => {
             eprintln!("warning: {e:#}; building the page without wasm-opt (5 KB larger gzipped)");
@@ -237,7 +236,7 @@ fn build() -> Result<()> {
     Ok(())
 }
 
-/// cargo's build in `dir` run through binaryen's `wasm-opt`, for
+/// cargo's module `built` run through binaryen's `wasm-opt`, for
 /// wasm-bindgen: the path of the optimized module. wasm-pack and trunk run it
 /// too; `scripts/test.sh` installs Debian's `binaryen`. An error where it is
 /// not on PATH or fails (the caller then builds the page without it).
@@ -256,17 +255,16 @@ fn build() -> Result<()> {
 /// wasm-bindgen instead (where 108 breaks the page), `-O1 --converge`
 /// 391 893, `-O1` 392 828, `-Os` 421 009, `-Oz` 422 210, and binaryen 132
 /// no better. The features are those rustc's wasm32 target enables by default.
-fn optimize(dir: &Path) -> Result<PathBuf> {
-    let built = dir.join("vrampool_web.wasm");
+fn optimize(built: &Path) -> Result<PathBuf> {
     match Command::new("wasm-opt").arg("--version").output() {
         Ok(o) if o.status.success() => {}
         _ => bail!("wasm-opt (binaryen) does not run here (Debian: apt-get install binaryen)"),
     }
     // The same file name in a folder of its own: wasm-bindgen names the
     // page's files after it.
-    let out = dir.join("opt");
+    let out = built.with_file_name("opt");
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
-    let optimized = out.join("vrampool_web.wasm");
+    let optimized = out.join(built.file_name().context("a file name")?);
     status(Command::new("wasm-opt").args([
         "-O1",
         "--converge",

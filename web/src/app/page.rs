@@ -28,7 +28,7 @@ pub const BUSY: &str =
 pub const REPLAYING: &str = "a replay is running: stop it or let it end first";
 
 /// Said when a button that would change the page's pool is pressed while a
-/// new one, from the settings, awaits the device.
+/// new one (the settings', or a replay's that preallocates) awaits the device.
 pub const RENEWING: &str = "a new pool is being made: press again in a moment";
 
 /// Whether a replay is running on the page's pool.

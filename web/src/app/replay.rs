@@ -150,10 +150,13 @@ pub fn ReplayPanel() -> impl IntoView {
         };
         if growth == Growth::OnDemand {
             // Nothing to await: the fresh pool at once.
-            match page.with_model(|m| m.start_replay(trace, speed)) {
-                Some(Ok(id)) => spawn_local(run_replay(page, id)),
-                Some(Err(e)) => refused(e.to_string()),
-                None => {}
+            match backing.renew(config) {
+                Ok(new) => {
+                    if let Some(id) = page.with_model(|m| m.start_replay_on(new, trace, speed)) {
+                        spawn_local(run_replay(page, id));
+                    }
+                }
+                Err(e) => refused(e.to_string()),
             }
             return;
         }
