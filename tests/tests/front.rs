@@ -352,6 +352,38 @@ fn a_block_with_a_weak_handle_is_not_parked() {
 }
 
 #[test]
+fn a_block_whose_weak_handles_are_gone_parks_and_its_next_owner_is_checked_again() {
+    // The last handle's drop looks for weak handles only on a block that
+    // was downgraded since it was handed out: one whose weak handles are all
+    // gone parks, and a weak handle its next owner makes is still seen.
+    // (Reading a figure hands parked blocks back: counted at the end only.)
+    let pool = pool_options(PoolOptions {
+        reuse: Reuse::Immediate,
+        ..PoolOptions::default()
+    });
+    let desc = AllocDesc::storage(4096).read_write();
+    let a = pool.alloc(desc).unwrap();
+    let at = place(&a);
+    drop(a.downgrade());
+    drop(a);
+    let b = pool.alloc(desc).unwrap(); // parked: the first front-cache hit
+    assert_eq!(place(&b), at);
+    let w = b.downgrade();
+    drop(b);
+    assert!(w.upgrade().is_none());
+    let c = pool.alloc(desc).unwrap(); // not parked: from the engine's cache
+    assert!(w.upgrade().is_none());
+    drop(w);
+    drop(c);
+    let d = pool.alloc(desc).unwrap(); // never downgraded, parked: the second
+    drop(d);
+    let s = pool.stats();
+    assert_eq!((s.counters.front_hits, s.counters.cache_hits), (2, 3));
+    pool.check_invariants().unwrap();
+    assert_eq!(s.total.allocated_bytes.current, 0);
+}
+
+#[test]
 fn another_threads_parked_block_goes_back_before_a_segment_is_made() {
     // The only free bytes of the pool are a block another thread parked: a
     // request that misses this thread's front cache takes it back rather

@@ -6,6 +6,7 @@ use std::any::Any;
 use std::num::NonZeroU64;
 use std::ops::Range;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+use std::sync::atomic::{AtomicBool, Ordering, fence};
 use std::sync::{Arc, Weak};
 
 use crate::error::{Error, Result};
@@ -62,6 +63,10 @@ pub struct BufferBlock {
     pub(super) usage: wgpu::BufferUsages,
     pub(super) sharing: Sharing,
     pub(super) label: Option<Arc<str>>,
+    /// A [`WeakBuffer`] was made of the block since it was last parked: its
+    /// last handle's drop must then rule out a weak handle (see
+    /// [`PoolBuffer`]'s drop). Set before the weak handle exists.
+    pub(super) downgraded: AtomicBool,
 }
 
 impl BufferBlock {
@@ -281,7 +286,12 @@ impl PoolBuffer {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn downgrade(&self) -> WeakBuffer {
-        WeakBuffer(Arc::downgrade(self.block()))
+        let block = self.block();
+        // Before the weak handle exists, and made visible to the last
+        // handle's drop by the release of this handle's own drop (or, on
+        // this thread, by program order).
+        block.downgraded.store(true, Ordering::Relaxed);
+        WeakBuffer(Arc::downgrade(block))
     }
 
     /// Keeps the block for `work`, whose commands use it: the block is not
@@ -395,12 +405,26 @@ impl Drop for PoolBuffer {
         };
         // Only the last strong handle, and only with no weak handle left: a
         // parked block must be unreachable but through the cache.
-        // `Arc::get_mut` locks the weak count while it reads the strong one.
-        // Two plain loads do not: between them another clone may make a weak
-        // handle and drop itself, leaving this one the last strong handle
-        // with a weak one that could upgrade to the parked block.
-        if Arc::get_mut(&mut block).is_none() {
+        if Arc::strong_count(&block) != 1 {
             return;
+        }
+        // Every other handle's drop released the strong count this load
+        // read; the fence makes what their threads did before it visible
+        // here, a `downgrade` among it. No weak handle made since the block
+        // was handed out: none exists, and with no other strong handle none
+        // can be made, so this handle is the only way to the block. (Two
+        // plain loads of the counts would not do: between them another clone
+        // may make a weak handle and drop itself.) Most blocks never are
+        // downgraded, and this spares their drop the atomic read-modify-write
+        // of `Arc::get_mut`, which locks the weak count while it reads the
+        // strong one: the check for those that were.
+        fence(Ordering::Acquire);
+        if block.downgraded.load(Ordering::Relaxed) {
+            match Arc::get_mut(&mut block) {
+                // No weak handle is left: the next owner's drop need not look.
+                Some(b) => *b.downgraded.get_mut() = false,
+                None => return,
+            }
         }
         if block.mappable() {
             return;

@@ -649,6 +649,7 @@ impl Pool {
             usage: desc.usage,
             sharing: Sharing::of(req),
             label: req.label.clone(),
+            downgraded: AtomicBool::new(false),
         };
         // The handle first: a panic a callback left for the lock's release
         // (lock.rs) drops it, and the block goes back.
