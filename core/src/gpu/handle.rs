@@ -287,9 +287,9 @@ impl PoolBuffer {
     /// ```
     pub fn downgrade(&self) -> WeakBuffer {
         let block = self.block();
-        // Before the weak handle exists, and made visible to the last
-        // handle's drop by the release of this handle's own drop (or, on
-        // this thread, by program order).
+        // Before the weak handle exists, and so before the last handle's
+        // drop reads it: through the release of this handle's own drop, or
+        // program order and whatever moved or lent a handle to that thread.
         block.downgraded.store(true, Ordering::Relaxed);
         WeakBuffer(Arc::downgrade(block))
     }
@@ -409,8 +409,10 @@ impl Drop for PoolBuffer {
             return;
         }
         // Every other handle's drop released the strong count this load
-        // read; the fence makes what their threads did before it visible
-        // here, a `downgrade` among it. No weak handle made since the block
+        // read (std's `Arc` drops with a release decrement, and every other
+        // write of the count is a read-modify-write, so the value read is in
+        // the release sequence of each); the fence makes what their threads
+        // did before it visible here, a `downgrade` among it. No weak handle made since the block
         // was handed out: none exists, and with no other strong handle none
         // can be made, so this handle is the only way to the block. (Two
         // plain loads of the counts would not do: between them another clone
