@@ -1157,21 +1157,38 @@ fn a_block_written_or_cleared_through_its_handle_touches_only_its_own_bytes() {
 fn a_scoped_block_used_in_an_encoder_outlives_its_scope_until_the_work_is_done() {
     // A scope's temporary recorded into an encoder submitted after the scope
     // ends: kept for the encoder (ScopedBuffer::used_in), it is not the
-    // pool's to hand on when the scope ends, and comes back once the
+    // pool's to hand on when the scope ends, nor after a submit of other
+    // work; it comes back once the encoder's work is done, or at once if the
     // encoder is dropped unsubmitted.
     let pool = pool();
     let allocated = |pool: &Pool| pool.stats().total.allocated_bytes.current;
-    let encoder = pool.device().create_command_encoder(&Default::default());
-    let ((), report) = pool.scope(|s| {
-        let tmp = s.alloc(AllocDesc::storage(4096).read_write()).unwrap();
-        tmp.used_in(&encoder);
-    });
-    assert_eq!(report.allocations, 1);
-    assert!(!report.returned, "kept for the encoder: {report:?}");
-    pool.submit([]);
-    assert_eq!(allocated(&pool), 4096, "still the encoder's");
-    drop(encoder);
-    assert_eq!(allocated(&pool), 0);
+    for submitted in [true, false] {
+        let mut encoder = pool.device().create_command_encoder(&Default::default());
+        let ((), report) = pool.scope(|s| {
+            let tmp = s.alloc(AllocDesc::storage(4096).read_write()).unwrap();
+            encoder.clear_buffer(tmp.buffer(), tmp.offset(), Some(tmp.size()));
+            tmp.used_in(&encoder);
+        });
+        assert_eq!(report.allocations, 1);
+        assert!(!report.returned, "kept for the encoder: {report:?}");
+        pool.submit([]);
+        assert_eq!(allocated(&pool), 4096, "still the encoder's");
+        if !submitted {
+            drop(encoder);
+            assert_eq!(allocated(&pool), 0, "an encoder dropped unsubmitted");
+            continue;
+        }
+        pool.submit([encoder.finish()]);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while allocated(&pool) != 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the kept block never came back after its work"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            pool.submit([]);
+        }
+    }
     pool.check_invariants().unwrap();
 }
 
