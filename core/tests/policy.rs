@@ -614,7 +614,7 @@ fn the_soft_headroom_keeps_a_segment_whose_blocks_await_a_submit() {
 }
 
 #[test]
-fn a_pool_that_submits_every_few_operations_does_not_recreate_its_segments() {
+fn a_pool_that_submits_every_few_operations_creates_at_most_1_5_times_pytorchs_segment_bytes() {
     // Blocks freed between submits wait for the next one. When the soft
     // headroom released segments holding them, these loops re-created what
     // they had released at every submit: gan_train ÷1, submitting every 64
@@ -704,7 +704,10 @@ fn a_hard_limit_still_abandons_a_segment_whose_blocks_await_a_submit() {
     let a = e.allocate(Request::new(60 * MIB, 0)).unwrap();
     e.defer_free(a.id).unwrap();
     e.allocate(Request::new(100 * MIB, 0)).unwrap();
-    assert_eq!(e.stats().counters.device_frees, 1);
+    // Abandoned (its memory goes once the commands still using it have run),
+    // not destroyed at once: the one device free is that segment's.
+    let c = e.stats().counters;
+    assert_eq!((c.segments_abandoned, c.device_frees), (1, 1));
     e.check_invariants().unwrap();
 }
 
