@@ -265,8 +265,8 @@ impl<B: Backend> Backend for Faulty<B> {
 /// one up (the ladder releases the whole cache once per request before it
 /// fails), nothing releasable left, and what releasing the cache
 /// changes taken from `after` (segments and bytes released, cached and free
-/// figures, the largest free block, the per-pool figures where no pool was
-/// added). Nothing else may move — no miss counted, no pool shown, no peak
+/// figures, the largest free block, and the same figures of each pool where
+/// no pool was added). Nothing else may move — no miss counted, no pool shown, no peak
 /// raised, no pending block abandoned (ARCHITECTURE.md, invariant 9; a test
 /// with pending blocks checks those itself) — so a test compares `after`
 /// with this whole.
@@ -294,15 +294,24 @@ pub fn stats_after_refusal(before: &Stats, after: &Stats) -> Stats {
     expected.counters.alloc_retries += 1;
     expected.counters.device_frees = after.counters.device_frees;
     expected.counters.bytes_released = after.counters.bytes_released;
-    expected.total.reserved_bytes.current = after.total.reserved_bytes.current;
-    expected.total.cached_bytes.current = after.total.cached_bytes.current;
-    expected.total.segments.current = after.total.segments.current;
-    expected.total.free_blocks.current = after.total.free_blocks.current;
+    released(&mut expected.total, &after.total);
     expected.releasable_bytes = 0;
     expected.largest_free_block = after.largest_free_block;
     expected.inactive_split_bytes = after.inactive_split_bytes;
     if after.pools.len() == before.pools.len() {
-        expected.pools.clone_from(&after.pools);
+        for (pool, after) in expected.pools.iter_mut().zip(&after.pools) {
+            released(&mut pool.stats, &after.stats);
+        }
     }
     expected
+}
+
+/// What releasing cached segments changes in `stats`, taken from `after`:
+/// the current reserved, cached, segment and free block figures. Peaks and
+/// every other figure stay.
+fn released(stats: &mut crate::PoolStats, after: &crate::PoolStats) {
+    stats.reserved_bytes.current = after.reserved_bytes.current;
+    stats.cached_bytes.current = after.cached_bytes.current;
+    stats.segments.current = after.segments.current;
+    stats.free_blocks.current = after.free_blocks.current;
 }
