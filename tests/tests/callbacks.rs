@@ -784,8 +784,9 @@ fn an_out_of_memory_observer_may_read_the_pool() {
 fn a_loss_learned_while_a_thread_unwinds_still_reaches_the_observers() {
     // A thread panics holding a block; its drop, under a cache limit of 0,
     // releases the segment and polls, which is where wgpu tells of the
-    // device destroyed before. The thread unwinds and ends: the observers
-    // ran nowhere (wgpu tells a loss once), and were never called.
+    // device destroyed before. The thread unwinds and ends; the observers
+    // are still called, once. (Before f35b1ae they ran nowhere: wgpu tells a
+    // loss once, and the unwinding drop dropped the news.)
     let pool = pool_with(
         Config {
             cache_limit: Some(0),

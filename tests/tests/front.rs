@@ -237,8 +237,13 @@ fn a_weak_handle_made_as_another_clone_drops_never_reaches_a_parked_block() {
     // weak handle, then, the other clone having made one and gone, itself
     // the last: it parked a block the weak handle still upgraded to. The
     // window is two loads wide: 200 000 rounds on lavapipe here did not hit
-    // it before the fix (`Arc::get_mut`, which locks the weak count); the
-    // rounds stay for a machine and a schedule that do.
+    // it before the fix (`Arc::get_mut`, which locks the weak count; since
+    // session 54 only for a block marked by `downgrade`, the others read
+    // after an acquire fence). So this is a stress test of the logic, not
+    // proof: it has never failed here, and on x86, whose hardware orders
+    // these loads anyway, it cannot show a missing fence. The rounds stay for
+    // a machine and a schedule that do; `a_block_with_a_weak_handle_is_not_parked`
+    // and the test after it hold the rule deterministically.
     let pool = pool_options(PoolOptions {
         reuse: Reuse::Immediate,
         ..PoolOptions::default()
