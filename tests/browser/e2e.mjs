@@ -701,6 +701,29 @@ try {
   // a_preallocation_the_browser_refuses_is_new_asyncs_error.)
   await page.selectOption('#sample', 'resnet_train');
   await page.fill('#speed', '1000000');
+  // Stop pressed while that fresh pool is awaited: the replay never starts,
+  // and the pool in use stays. The browser's answer for the new pool's
+  // segment is held back until the stop is pressed (popErrorScope wrapped
+  // for one call), so the press lands inside the wait on every run.
+  await page.evaluate(() => {
+    const pop = GPUDevice.prototype.popErrorScope;
+    window.__stopDuringPop = true;
+    GPUDevice.prototype.popErrorScope = function () {
+      const answer = pop.call(this);
+      if (!window.__stopDuringPop) return answer;
+      window.__stopDuringPop = false;
+      return new Promise((resolve) => setTimeout(() => {
+        document.querySelector('#btn-stop').click();
+        resolve(answer);
+      }, 0));
+    };
+  });
+  const statusBefore = await page.locator('#replay-status').textContent();
+  await page.click('#btn-replay');
+  await waitFor('the stop\'s log line', async () => (await page.locator('#log li', { hasText: /^replay stopped before it began/ }).count()) > 0);
+  assert.equal(await page.evaluate(() => window.__stopDuringPop), false, 'the stop was pressed inside the wait');
+  assert.equal(await page.locator('#replay-status').textContent(), statusBefore, 'no replay started');
+  assert.equal(await num('#stat-reserved'), 64 * 2 ** 20, 'the pool in use stayed');
   await page.click('#btn-replay');
   await waitFor('the replay on a preallocated pool', async () => (await page.locator('#replay-status').textContent()).startsWith('resnet_train done: '), 120_000);
   assert.equal(await num('#replay-result', 'data-ooms'), 0);
@@ -708,7 +731,7 @@ try {
   await page.selectOption('#growth', 'on-demand');
   await page.click('#btn-apply');
   await waitFor('a pool that grows on demand again', async () => (await num('#stat-reserved')) === 0);
-  step('preallocate: a new pool of one 64 MiB segment, the old pool\'s blocks gone; a replay on a fresh one; then on demand again');
+  step('preallocate: a new pool of one 64 MiB segment, the old pool\'s blocks gone; a replay stopped while its pool was awaited never started; a replay on a fresh one; then on demand again');
 
   // 8. Train the MLP on the new device with int8 weights: the loss falls.
   await page.click('#btn-free-all');

@@ -121,6 +121,9 @@ pub fn ReplayPanel() -> impl IntoView {
     let sample = RwSignal::new(SAMPLES[0].to_string());
     let speed = RwSignal::new("10000".to_string());
     let trace_error = RwSignal::new(None::<String>);
+    // Stops pressed so far: a replay whose pool was still awaited when one
+    // was pressed does not start.
+    let stops = StoredValue::new(0u32);
 
     let start = move |trace: Arc<Trace>| {
         let speed = match parse_speed(&speed.get_untracked()) {
@@ -163,9 +166,14 @@ pub fn ReplayPanel() -> impl IntoView {
         // A preallocating pool awaits the device's answer for its segments
         // (Pool::new_async), refusing what would change the pool meanwhile.
         let renewing = page.mark_renewing();
+        let asked = stops.get_value();
         spawn_local(async move {
             let made = backing.renew_async(config).await;
             drop(renewing);
+            if stops.get_value() != asked {
+                // Its new pool is dropped: the old one stays, blocks and all.
+                return page.say("replay stopped before it began".into());
+            }
             let started = page.with_model(|m| match made {
                 Ok(_) if !m.uses(&backing) => Err("the pool changed meanwhile".to_string()),
                 Ok(new) => Ok(m.start_replay_on(new, trace, speed)),
@@ -194,6 +202,7 @@ pub fn ReplayPanel() -> impl IntoView {
         });
     };
     let stop = move |_| {
+        stops.update_value(|n| *n = n.wrapping_add(1));
         page.with_model(Model::finish_replay);
     };
     let replay_file = move |ev: leptos::ev::Event| {
