@@ -684,11 +684,57 @@ try {
   // demand after. (The panel's blocks would not come out of it: a STORAGE
   // block gets a buffer of its own; the preallocation is for read-write
   // tensors, as training's.)
+  const allocLines = () => page.locator('#log li', { hasText: /^allocated \d+ × / }).count();
+  const allocsBefore = await allocLines();
   await page.click('#btn-alloc');
-  await waitFor('blocks live in the old pool', async () => (await num('#stat-allocated')) > 0);
+  await waitFor('blocks live in the old pool', async () => (await allocLines()) > allocsBefore && (await num('#stat-allocated')) > 0);
+  // The figures are redrawn 20 times a second: read once two draws agree.
+  let oldAllocated = -1;
+  await waitFor('the old pool\'s figure drawn', async () => {
+    const seen = await num('#stat-allocated');
+    await page.waitForTimeout(200);
+    const now = await num('#stat-allocated');
+    oldAllocated = now;
+    return seen === now;
+  });
+  // The browser's answer for a new pool's segment, held back where a step
+  // says (`window.__hold`: a function whose promise gates the next answer),
+  // so what a step presses lands inside the wait on every run.
+  await page.evaluate(() => {
+    const pop = GPUDevice.prototype.popErrorScope;
+    window.__hold = null;
+    GPUDevice.prototype.popErrorScope = function () {
+      const answer = pop.call(this);
+      const gate = window.__hold;
+      window.__hold = null;
+      return gate ? gate().then(() => answer) : answer;
+    };
+    window.__holdNext = () => { window.__hold = () => new Promise((release) => { window.__release = release; }); };
+  });
   await page.selectOption('#growth', 'preallocate');
   await page.fill('#prealloc', '64');
+  await page.evaluate(() => window.__holdNext());
   await page.click('#btn-apply');
+  await waitFor('the new pool awaited', async () => page.evaluate(() => typeof window.__release === 'function'));
+  // While it is awaited, what would change the pool is refused: new limits,
+  // induce OOM and a replay as "a new pool is being made", an allocation as
+  // busy; the old pool keeps its blocks. (Each refusal's text differs from
+  // the one before it in its line, so each is seen to come.)
+  const refusals = [];
+  for (const [button, where, expected] of [
+    ['#btn-apply', '#error', /^a new pool is being made/],
+    ['#btn-alloc', '#error', /^busy: /],
+    ['#btn-oom', '#error', /^a new pool is being made/],
+    ['#btn-replay', '#trace-error', /^a new pool is being made/],
+  ]) {
+    assert.ok(!expected.test(await page.locator(where).textContent()), `${where} says it before ${button} is pressed`);
+    await page.click(button);
+    await waitFor(`${button} refused while the new pool is awaited`, async () => expected.test(await page.locator(where).textContent()));
+    refusals.push(`${button}: ${await page.locator(where).textContent()}`);
+  }
+  await page.waitForTimeout(200); // a draw after the last refusal
+  assert.equal(await num('#stat-allocated'), oldAllocated, 'the old pool kept its blocks meanwhile');
+  await page.evaluate(() => { const release = window.__release; window.__release = undefined; release(); });
   await waitFor('the preallocated pool', async () => (await num('#stat-reserved')) === 64 * 2 ** 20);
   await waitFor('its log line', async () => (await page.locator('#log li', { hasText: /^settings \(a new pool\).*Preallocate\(67108864\)/ }).count()) > 0);
   await freshSample();
@@ -702,26 +748,14 @@ try {
   await page.selectOption('#sample', 'resnet_train');
   await page.fill('#speed', '1000000');
   // Stop pressed while that fresh pool is awaited: the replay never starts,
-  // and the pool in use stays. The browser's answer for the new pool's
-  // segment is held back until the stop is pressed (popErrorScope wrapped
-  // for one call), so the press lands inside the wait on every run.
-  await page.evaluate(() => {
-    const pop = GPUDevice.prototype.popErrorScope;
-    window.__stopDuringPop = true;
-    GPUDevice.prototype.popErrorScope = function () {
-      const answer = pop.call(this);
-      if (!window.__stopDuringPop) return answer;
-      window.__stopDuringPop = false;
-      return new Promise((resolve) => setTimeout(() => {
-        document.querySelector('#btn-stop').click();
-        resolve(answer);
-      }, 0));
-    };
-  });
+  // and the pool in use stays.
+  await page.evaluate(() => window.__holdNext());
   const statusBefore = await page.locator('#replay-status').textContent();
   await page.click('#btn-replay');
+  await waitFor('the replay\'s pool awaited', async () => page.evaluate(() => typeof window.__release === 'function'));
+  await page.click('#btn-stop');
+  await page.evaluate(() => { const release = window.__release; window.__release = undefined; release(); });
   await waitFor('the stop\'s log line', async () => (await page.locator('#log li', { hasText: /^replay stopped before it began/ }).count()) > 0);
-  assert.equal(await page.evaluate(() => window.__stopDuringPop), false, 'the stop was pressed inside the wait');
   assert.equal(await page.locator('#replay-status').textContent(), statusBefore, 'no replay started');
   assert.equal(await num('#stat-reserved'), 64 * 2 ** 20, 'the pool in use stayed');
   await page.click('#btn-replay');
@@ -731,7 +765,7 @@ try {
   await page.selectOption('#growth', 'on-demand');
   await page.click('#btn-apply');
   await waitFor('a pool that grows on demand again', async () => (await num('#stat-reserved')) === 0);
-  step('preallocate: a new pool of one 64 MiB segment, the old pool\'s blocks gone; a replay stopped while its pool was awaited never started; a replay on a fresh one; then on demand again');
+  step(`preallocate: while the new pool was awaited, ${refusals.join('; ')}; then a new pool of one 64 MiB segment, the old pool's blocks gone; a replay stopped while its pool was awaited never started; a replay on a fresh one; then on demand again`);
 
   // 8. Train the MLP on the new device with int8 weights: the loss falls.
   await page.click('#btn-free-all');
