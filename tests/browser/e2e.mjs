@@ -747,17 +747,29 @@ try {
   // a_preallocation_the_browser_refuses_is_new_asyncs_error.)
   await page.selectOption('#sample', 'resnet_train');
   await page.fill('#speed', '1000000');
-  // Stop pressed while that fresh pool is awaited: the replay never starts,
-  // and the pool in use stays.
-  await page.evaluate(() => window.__holdNext());
+  // Stop pressed while that replay's fresh pool is awaited, and while a
+  // replay's trace is still being read: neither replay starts (the log says
+  // so each time; the status stays the last result's).
+  const stoppedLines = () => page.locator('#log li', { hasText: /^replay stopped before it began/ }).count();
   const statusBefore = await page.locator('#replay-status').textContent();
+  await page.evaluate(() => window.__holdNext());
   await page.click('#btn-replay');
   await waitFor('the replay\'s pool awaited', async () => page.evaluate(() => typeof window.__release === 'function'));
   await page.click('#btn-stop');
   await page.evaluate(() => { const release = window.__release; window.__release = undefined; release(); });
-  await waitFor('the stop\'s log line', async () => (await page.locator('#log li', { hasText: /^replay stopped before it began/ }).count()) > 0);
+  await waitFor('the stop\'s log line', async () => (await stoppedLines()) === 1);
   assert.equal(await page.locator('#replay-status').textContent(), statusBefore, 'no replay started');
-  assert.equal(await num('#stat-reserved'), 64 * 2 ** 20, 'the pool in use stayed');
+  assert.equal(await num('#stat-reserved'), 64 * 2 ** 20, 'the pool in use still reserves its 64 MiB');
+  let releaseSample;
+  const sampleHeld = new Promise((resolve) => { releaseSample = resolve; });
+  let sampleAsked = false;
+  await page.route('**/samples/resnet_train.csv.gz', async (route) => { sampleAsked = true; await sampleHeld; await route.continue(); }, { times: 1 });
+  await page.click('#btn-replay');
+  await waitFor('the sample asked for', async () => sampleAsked);
+  await page.click('#btn-stop');
+  releaseSample();
+  await waitFor('the second stop\'s log line', async () => (await stoppedLines()) === 2);
+  assert.equal(await page.locator('#replay-status').textContent(), statusBefore, 'no replay started');
   await page.click('#btn-replay');
   await waitFor('the replay on a preallocated pool', async () => (await page.locator('#replay-status').textContent()).startsWith('resnet_train done: '), 120_000);
   assert.equal(await num('#replay-result', 'data-ooms'), 0);
@@ -765,7 +777,7 @@ try {
   await page.selectOption('#growth', 'on-demand');
   await page.click('#btn-apply');
   await waitFor('a pool that grows on demand again', async () => (await num('#stat-reserved')) === 0);
-  step(`preallocate: while the new pool was awaited, ${refusals.join('; ')}; then a new pool of one 64 MiB segment, the old pool's blocks gone; a replay stopped while its pool was awaited never started; a replay on a fresh one; then on demand again`);
+  step(`preallocate: while the new pool was awaited, ${refusals.join('; ')}; then a new pool of one 64 MiB segment, the old pool's blocks gone; a replay stopped while its pool was awaited, and one while its trace was read, never started; a replay on a fresh one; then on demand again`);
 
   // 8. Train the MLP on the new device with int8 weights: the loss falls.
   await page.click('#btn-free-all');

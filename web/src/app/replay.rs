@@ -121,11 +121,21 @@ pub fn ReplayPanel() -> impl IntoView {
     let sample = RwSignal::new(SAMPLES[0].to_string());
     let speed = RwSignal::new("10000".to_string());
     let trace_error = RwSignal::new(None::<String>);
-    // Stops pressed so far: a replay whose pool was still awaited when one
-    // was pressed does not start.
+    // Stops pressed so far: a replay asked for before one (its trace still
+    // read, or its pool still awaited) does not start.
     let stops = StoredValue::new(0u32);
+    let stopped_since = move |asked: u32| {
+        let stopped = stops.get_value() != asked;
+        if stopped {
+            page.say("replay stopped before it began".into());
+        }
+        stopped
+    };
 
-    let start = move |trace: Arc<Trace>| {
+    let start = move |trace: Arc<Trace>, asked: u32| {
+        if stopped_since(asked) {
+            return;
+        }
         let speed = match parse_speed(&speed.get_untracked()) {
             Ok(speed) => speed,
             Err(e) => return trace_error.set(Some(e)),
@@ -166,13 +176,11 @@ pub fn ReplayPanel() -> impl IntoView {
         // A preallocating pool awaits the device's answer for its segments
         // (Pool::new_async), refusing what would change the pool meanwhile.
         let renewing = page.mark_renewing();
-        let asked = stops.get_value();
         spawn_local(async move {
             let made = backing.renew_async(config).await;
             drop(renewing);
-            if stops.get_value() != asked {
-                // Its new pool is dropped: the old one stays, blocks and all.
-                return page.say("replay stopped before it began".into());
+            if stopped_since(asked) {
+                return; // its new pool dropped: the old one stays, blocks and all
             }
             let started = page.with_model(|m| match made {
                 Ok(_) if !m.uses(&backing) => Err("the pool changed meanwhile".to_string()),
@@ -191,12 +199,13 @@ pub fn ReplayPanel() -> impl IntoView {
         // The last result stays until the new replay starts: a fetch that
         // fails leaves it shown, with the error (the status names its trace).
         let name = sample.get_untracked();
+        let asked = stops.get_value();
         spawn_local(async move {
             let trace = fetch_bytes(&format!("samples/{name}.csv.gz"))
                 .await
                 .and_then(|bytes| Trace::from_bytes(&name, &bytes).map_err(|e| e.to_string()));
             match trace {
-                Ok(t) => start(Arc::new(t)),
+                Ok(t) => start(Arc::new(t), asked),
                 Err(e) => trace_error.set(Some(e)),
             }
         });
@@ -219,6 +228,7 @@ pub fn ReplayPanel() -> impl IntoView {
             input.set_value("");
             return;
         }
+        let asked = stops.get_value();
         spawn_local(async move {
             let bytes = match wasm_bindgen_futures::JsFuture::from(file.array_buffer()).await {
                 Ok(b) => js_sys::Uint8Array::new(&b).to_vec(),
@@ -231,7 +241,7 @@ pub fn ReplayPanel() -> impl IntoView {
                 Ok(t) => {
                     let t = Arc::new(t);
                     page.uploaded.set(Some(t.clone()));
-                    start(t);
+                    start(t, asked);
                 }
                 Err(e) => {
                     let e = match e {
