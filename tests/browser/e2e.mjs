@@ -702,6 +702,7 @@ try {
   // so what a step presses lands inside the wait on every run.
   await page.evaluate(() => {
     const pop = GPUDevice.prototype.popErrorScope;
+    window.__unwrapPop = () => { GPUDevice.prototype.popErrorScope = pop; };
     window.__hold = null;
     GPUDevice.prototype.popErrorScope = function () {
       const answer = pop.call(this);
@@ -770,6 +771,7 @@ try {
   releaseSample();
   await waitFor('the second stop\'s log line', async () => (await stoppedLines()) === 2);
   assert.equal(await page.locator('#replay-status').textContent(), statusBefore, 'no replay started');
+  await page.evaluate(() => window.__unwrapPop());
   await page.click('#btn-replay');
   await waitFor('the replay on a preallocated pool', async () => (await page.locator('#replay-status').textContent()).startsWith('resnet_train done: '), 120_000);
   assert.equal(await num('#replay-result', 'data-ooms'), 0);
