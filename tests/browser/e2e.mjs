@@ -779,7 +779,47 @@ try {
   await page.selectOption('#growth', 'on-demand');
   await page.click('#btn-apply');
   await waitFor('a pool that grows on demand again', async () => (await num('#stat-reserved')) === 0);
-  step(`preallocate: while the new pool was awaited, ${refusals.join('; ')}; then a new pool of one 64 MiB segment, the old pool's blocks gone; a replay stopped while its pool was awaited, and one while its trace was read, never started; a replay on a fresh one; then on demand again`);
+  // A preallocation the browser refuses, through the page: its answers for
+  // the new pool's segment (the out-of-memory scope of each try, popped
+  // before its validation scope; the pool tries once more after a refusal)
+  // replaced by out-of-memory errors, popErrorScope wrapped until then.
+  // The settings are refused, saying why, and this pool keeps its blocks.
+  const allocsBeforeRefusal = await allocLines();
+  await page.click('#btn-alloc');
+  await waitFor('blocks live before the refusal', async () => (await allocLines()) > allocsBeforeRefusal);
+  const drawn = async (sel) => {
+    let v = -1;
+    await waitFor(`${sel} drawn`, async () => {
+      const seen = await num(sel);
+      await page.waitForTimeout(200);
+      v = await num(sel);
+      return seen === v;
+    });
+    return v;
+  };
+  const [heldBefore, reservedBeforeRefusal] = [await drawn('#stat-allocated'), await drawn('#stat-reserved')];
+  assert.ok(heldBefore > 0);
+  await page.evaluate(() => {
+    const pop = GPUDevice.prototype.popErrorScope;
+    let calls = 0;
+    window.__unwrapPop = () => { GPUDevice.prototype.popErrorScope = pop; return calls; };
+    GPUDevice.prototype.popErrorScope = function () {
+      const answer = pop.call(this);
+      return calls++ % 2 ? answer : answer.then(() => new GPUOutOfMemoryError('refused by the e2e test'));
+    };
+  });
+  await page.selectOption('#growth', 'preallocate');
+  await page.fill('#prealloc', '64');
+  await page.click('#btn-apply');
+  await waitFor('the refusal\'s log line', async () => (await page.locator('#log li', { hasText: /^settings refused: / }).count()) > 0);
+  const pops = await page.evaluate(() => window.__unwrapPop());
+  const refusedWith = await page.locator('#error').textContent();
+  assert.match(refusedWith, /out of memory/i);
+  assert.equal(await drawn('#stat-allocated'), heldBefore, 'this pool kept its blocks');
+  assert.equal(await drawn('#stat-reserved'), reservedBeforeRefusal, 'and what it reserves');
+  await page.selectOption('#growth', 'on-demand');
+  await page.click('#btn-free-all');
+  step(`preallocate: while the new pool was awaited, ${refusals.join('; ')}; then a new pool of one 64 MiB segment, the old pool's blocks gone; a replay stopped while its pool was awaited, and one while its trace was read, never started; a replay on a fresh one; then on demand again; a preallocation the browser refused (${pops / 2} tries): "${refusedWith}", the pool's blocks kept`);
 
   // 8. Train the MLP on the new device with int8 weights: the loss falls.
   await page.click('#btn-free-all');
