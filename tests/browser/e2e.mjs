@@ -688,29 +688,37 @@ try {
   const allocsBefore = await allocLines();
   await page.click('#btn-alloc');
   await waitFor('blocks live in the old pool', async () => (await allocLines()) > allocsBefore && (await num('#stat-allocated')) > 0);
-  // The figures are redrawn 20 times a second: read once two draws agree.
-  let oldAllocated = -1;
-  await waitFor('the old pool\'s figure drawn', async () => {
-    const seen = await num('#stat-allocated');
-    await page.waitForTimeout(200);
-    const now = await num('#stat-allocated');
-    oldAllocated = now;
-    return seen === now;
-  });
-  // The browser's answer for a new pool's segment, held back where a step
-  // says (`window.__hold`: a function whose promise gates the next answer),
-  // so what a step presses lands inside the wait on every run.
+  // The figures are redrawn 20 times a second: a figure read once two draws agree.
+  const drawn = async (sel) => {
+    let v = -1;
+    await waitFor(`${sel} drawn`, async () => {
+      const seen = await num(sel);
+      await page.waitForTimeout(200);
+      v = await num(sel);
+      return seen === v;
+    });
+    return v;
+  };
+  const oldAllocated = await drawn('#stat-allocated');
+  // The browser's answers for a new pool's segment, changed where a step
+  // says (`window.__gate`: given each answer, the promise the page gets
+  // instead; `null` passes them): held back until the test releases the
+  // next one, so what a step presses lands inside the wait on every run, or
+  // replaced by refusals. Put back at the end of the step.
   await page.evaluate(() => {
     const pop = GPUDevice.prototype.popErrorScope;
     window.__unwrapPop = () => { GPUDevice.prototype.popErrorScope = pop; };
-    window.__hold = null;
+    window.__gate = null;
     GPUDevice.prototype.popErrorScope = function () {
       const answer = pop.call(this);
-      const gate = window.__hold;
-      window.__hold = null;
-      return gate ? gate().then(() => answer) : answer;
+      return window.__gate ? window.__gate(answer) : answer;
     };
-    window.__holdNext = () => { window.__hold = () => new Promise((release) => { window.__release = release; }); };
+    window.__holdNext = () => {
+      window.__gate = (answer) => {
+        window.__gate = null;
+        return new Promise((release) => { window.__release = release; }).then(() => answer);
+      };
+    };
   });
   await page.selectOption('#growth', 'preallocate');
   await page.fill('#prealloc', '64');
@@ -733,8 +741,7 @@ try {
     await waitFor(`${button} refused while the new pool is awaited`, async () => expected.test(await page.locator(where).textContent()));
     refusals.push(`${button}: ${await page.locator(where).textContent()}`);
   }
-  await page.waitForTimeout(200); // a draw after the last refusal
-  assert.equal(await num('#stat-allocated'), oldAllocated, 'the old pool kept its blocks meanwhile');
+  assert.equal(await drawn('#stat-allocated'), oldAllocated, 'the old pool kept its blocks meanwhile');
   await page.evaluate(() => { const release = window.__release; window.__release = undefined; release(); });
   await waitFor('the preallocated pool', async () => (await num('#stat-reserved')) === 64 * 2 ** 20);
   await waitFor('its log line', async () => (await page.locator('#log li', { hasText: /^settings \(a new pool\).*Preallocate\(67108864\)/ }).count()) > 0);
@@ -771,7 +778,6 @@ try {
   releaseSample();
   await waitFor('the second stop\'s log line', async () => (await stoppedLines()) === 2);
   assert.equal(await page.locator('#replay-status').textContent(), statusBefore, 'no replay started');
-  await page.evaluate(() => window.__unwrapPop());
   await page.click('#btn-replay');
   await waitFor('the replay on a preallocated pool', async () => (await page.locator('#replay-status').textContent()).startsWith('resnet_train done: '), 120_000);
   assert.equal(await num('#replay-result', 'data-ooms'), 0);
@@ -782,37 +788,22 @@ try {
   // A preallocation the browser refuses, through the page: its answers for
   // the new pool's segment (the out-of-memory scope of each try, popped
   // before its validation scope; the pool tries once more after a refusal)
-  // replaced by out-of-memory errors, popErrorScope wrapped until then.
+  // replaced by out-of-memory errors until then.
   // The settings are refused, saying why, and this pool keeps its blocks.
   const allocsBeforeRefusal = await allocLines();
   await page.click('#btn-alloc');
   await waitFor('blocks live before the refusal', async () => (await allocLines()) > allocsBeforeRefusal);
-  const drawn = async (sel) => {
-    let v = -1;
-    await waitFor(`${sel} drawn`, async () => {
-      const seen = await num(sel);
-      await page.waitForTimeout(200);
-      v = await num(sel);
-      return seen === v;
-    });
-    return v;
-  };
   const [heldBefore, reservedBeforeRefusal] = [await drawn('#stat-allocated'), await drawn('#stat-reserved')];
   assert.ok(heldBefore > 0);
   await page.evaluate(() => {
-    const pop = GPUDevice.prototype.popErrorScope;
-    let calls = 0;
-    window.__unwrapPop = () => { GPUDevice.prototype.popErrorScope = pop; return calls; };
-    GPUDevice.prototype.popErrorScope = function () {
-      const answer = pop.call(this);
-      return calls++ % 2 ? answer : answer.then(() => new GPUOutOfMemoryError('refused by the e2e test'));
-    };
+    window.__pops = 0;
+    window.__gate = (answer) => (window.__pops++ % 2 ? answer : answer.then(() => new GPUOutOfMemoryError('refused by the e2e test')));
   });
   await page.selectOption('#growth', 'preallocate');
   await page.fill('#prealloc', '64');
   await page.click('#btn-apply');
   await waitFor('the refusal\'s log line', async () => (await page.locator('#log li', { hasText: /^settings refused: / }).count()) > 0);
-  const pops = await page.evaluate(() => window.__unwrapPop());
+  const pops = await page.evaluate(() => { window.__unwrapPop(); return window.__pops; });
   const refusedWith = await page.locator('#error').textContent();
   assert.match(refusedWith, /out of memory/i);
   assert.equal(await drawn('#stat-allocated'), heldBefore, 'this pool kept its blocks');
