@@ -220,9 +220,9 @@ fn front_hits_expected(t: &Trace) -> u64 {
     let mut parked: Vec<u64> = Vec::new();
     let mut hits = 0;
     for e in &t.events {
-        let size = e.size.next_multiple_of(4);
         match e.action {
             vrampool::trace::Action::Allocate => {
+                let size = e.size.next_multiple_of(4);
                 sizes.insert(e.pointer, size);
                 match parked.iter().rposition(|&p| p == size) {
                     Some(i) => {
